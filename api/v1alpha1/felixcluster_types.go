@@ -1,0 +1,124 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FelixClusterSpec is the desired state of a set of Felix brokers.
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeExpiry) || !has(self.heartbeatInterval) || duration(self.nodeExpiry) >= duration(self.heartbeatInterval) + duration(self.heartbeatInterval)",message="nodeExpiry must be at least twice heartbeatInterval, or one late heartbeat would mark a broker Down"
+type FelixClusterSpec struct {
+	// Brokers is the number of broker pods. Scaling down removes only
+	// brokers that hold no shard replica.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +kubebuilder:default=3
+	// +optional
+	Brokers int32 `json:"brokers,omitempty"`
+
+	// Image is the container image holding the felix binary; brokers run
+	// `felix broker` from it.
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+
+	// Storage is the persistent volume each broker gets.
+	// +kubebuilder:default={size: "1Gi"}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// Durability says when brokers sync their logs.
+	// +kubebuilder:default={fsync: OnCommit}
+	// +optional
+	Durability DurabilitySpec `json:"durability,omitempty"`
+
+	// HeartbeatInterval is how often a broker renews its heartbeat lease.
+	// +kubebuilder:default="2s"
+	// +optional
+	HeartbeatInterval *metav1.Duration `json:"heartbeatInterval,omitempty"`
+
+	// NodeExpiry is how long a broker may go without renewing its lease
+	// before the operator marks it Down. Leader reports expire after
+	// 2 x nodeExpiry + heartbeatInterval ([CP-2]).
+	// +kubebuilder:default="10s"
+	// +optional
+	NodeExpiry *metav1.Duration `json:"nodeExpiry,omitempty"`
+
+	// Resources are the compute resources of each broker container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// StorageSpec is the persistent volume of one broker.
+type StorageSpec struct {
+	// Size of each broker's volume.
+	// +kubebuilder:default="1Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the volume claims; the cluster default when empty.
+	// It cannot change after creation.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storageClassName cannot change after creation"
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// DurabilitySpec says when brokers sync their logs.
+// +kubebuilder:validation:XValidation:rule="!has(self.fsyncInterval) || self.fsync == 'Periodic'",message="fsyncInterval applies only to fsync: Periodic"
+type DurabilitySpec struct {
+	// Fsync is OnCommit (sync before every acknowledgement, shared by
+	// concurrent appends), Periodic (sync every fsyncInterval) or None.
+	// +kubebuilder:default=OnCommit
+	// +optional
+	Fsync FsyncMode `json:"fsync,omitempty"`
+
+	// FsyncInterval is the sync interval under Periodic; 100ms when unset.
+	// +optional
+	FsyncInterval *metav1.Duration `json:"fsyncInterval,omitempty"`
+}
+
+// FelixClusterStatus is the observed state of a FelixCluster, computed once
+// per reconcile.
+type FelixClusterStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// ReadyBrokers counts brokers that are registered and Up.
+	// +optional
+	ReadyBrokers int32 `json:"readyBrokers,omitempty"`
+
+	// Conditions: Ready, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FelixCluster is a set of Felix brokers run by the operator.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fc,categories=felix
+// +kubebuilder:printcolumn:name="Brokers",type=integer,JSONPath=`.spec.brokers`
+// +kubebuilder:printcolumn:name="Ready-Brokers",type=integer,JSONPath=`.status.readyBrokers`
+// +kubebuilder:printcolumn:name="Fsync",type=string,JSONPath=`.spec.durability.fsync`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FelixCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FelixClusterSpec   `json:"spec"`
+	Status FelixClusterStatus `json:"status,omitempty"`
+}
+
+// FelixClusterList is a list of FelixCluster.
+//
+// +kubebuilder:object:root=true
+type FelixClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FelixCluster `json:"items"`
+}
+

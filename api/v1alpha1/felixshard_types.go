@@ -1,0 +1,136 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FelixShardSpec is one shard of a stream and its replica set. The operator
+// creates it from the FelixStream and owns it.
+type FelixShardSpec struct {
+	// Stream is the FelixStream this shard belongs to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="stream cannot change after creation"
+	Stream string `json:"stream"`
+
+	// Index is the shard's number within its stream, from 0.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="index cannot change after creation"
+	Index int32 `json:"index"`
+
+	// Replicas are the FelixBroker names holding a copy, all distinct.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="replicas must name distinct brokers"
+	// +listType=atomic
+	Replicas []string `json:"replicas"`
+}
+
+// Assignment is the operator's decision of who leads a shard.
+type Assignment struct {
+	// Leader is the FelixBroker name that leads.
+	Leader string `json:"leader"`
+	// Epoch increases with every promotion; the new leader fences the shard
+	// at this epoch before it serves.
+	// +kubebuilder:validation:Minimum=1
+	Epoch int64 `json:"epoch"`
+	// LeaderIncarnation is the leader's incarnation when it was assigned.
+	// +optional
+	LeaderIncarnation int64 `json:"leaderIncarnation,omitempty"`
+	// AssignedAt is when this assignment was made.
+	// +optional
+	AssignedAt *metav1.Time `json:"assignedAt,omitempty"`
+}
+
+// FollowerReport is the leader's view of one follower ([RP-6]).
+type FollowerReport struct {
+	// Name is the FelixBroker name of the follower.
+	Name string `json:"name"`
+	// StorageID is the storage id the follower was counted under; empty for
+	// a broker that predates storage ids.
+	// +optional
+	StorageID string `json:"storageID,omitempty"`
+	// Confirmed is the last offset the follower answered holding.
+	Confirmed int64 `json:"confirmed"`
+	// CaughtUp is true when Confirmed reaches the report's Position.
+	CaughtUp bool `json:"caughtUp"`
+}
+
+// ShardReport is what the leader broker tells the control plane.
+type ShardReport struct {
+	// Leader is the broker that made the report.
+	Leader string `json:"leader"`
+	// LeaderIncarnation is the incarnation of the leader when it reported.
+	LeaderIncarnation int64 `json:"leaderIncarnation"`
+	// LeaderStorageID is the reporting leader's own storage id; empty for
+	// a broker that predates storage ids ([CP-1] counts the leader's own
+	// copy under it).
+	// +optional
+	LeaderStorageID string `json:"leaderStorageID,omitempty"`
+	// Epoch the leader was serving.
+	Epoch int64 `json:"epoch"`
+	// Position is the offset followers are measured against.
+	Position int64 `json:"position"`
+	// Committed is the leader's acknowledged position.
+	// +optional
+	Committed int64 `json:"committed,omitempty"`
+	// TakenAt is when the leader took the report.
+	TakenAt metav1.Time `json:"takenAt"`
+	// Followers, one entry per follower.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Followers []FollowerReport `json:"followers,omitempty"`
+}
+
+// FelixShardStatus has two owners: the operator writes Assignment,
+// CaughtUp and Conditions; the leader broker writes Report.
+type FelixShardStatus struct {
+	// Assignment is written by the operator.
+	// +optional
+	Assignment *Assignment `json:"assignment,omitempty"`
+
+	// Report is written by the leader broker.
+	// +optional
+	Report *ShardReport `json:"report,omitempty"`
+
+	// CaughtUp is "<n>/<replicas>": the leader plus the followers the
+	// current report counts as caught up under their registered storage id.
+	// +optional
+	CaughtUp string `json:"caughtUp,omitempty"`
+
+	// Conditions: Ready, Waiting.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FelixShard is one shard of a FelixStream.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fsh,categories=felix
+// +kubebuilder:printcolumn:name="Stream",type=string,JSONPath=`.spec.stream`
+// +kubebuilder:printcolumn:name="Shard",type=integer,JSONPath=`.spec.index`
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.assignment.leader`
+// +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.assignment.epoch`
+// +kubebuilder:printcolumn:name="Caught-Up",type=string,JSONPath=`.status.caughtUp`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FelixShard struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FelixShardSpec   `json:"spec"`
+	Status FelixShardStatus `json:"status,omitempty"`
+}
+
+// FelixShardList is a list of FelixShard.
+//
+// +kubebuilder:object:root=true
+type FelixShardList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FelixShard `json:"items"`
+}
+

@@ -1,0 +1,28 @@
+// Package v1alpha1 holds the Felix API, group felix.dev, version v1alpha1:
+// FelixCluster (brokers), FelixBroker (one registration record per broker),
+// FelixStream (a sharded log) and FelixShard (one per stream shard).
+//
+// +kubebuilder:object:generate=true
+// +groupName=felix.dev
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is the group and version of every kind in this package.
+var GroupVersion = schema.GroupVersion{Group: "felix.dev", Version: "v1alpha1"}
+
+// AddToScheme registers every kind of this package with a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&FelixCluster{}, &FelixClusterList{},
+		&FelixBroker{}, &FelixBrokerList{},
+		&FelixStream{}, &FelixStreamList{},
+		&FelixShard{}, &FelixShardList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -1,0 +1,19 @@
+// Package controllers holds the Felix operator's reconcilers. The operator is
+// the control plane: it runs broker pods, keeps the registry of brokers
+// (storage id + incarnation), watches their heartbeats, reads each shard
+// leader's report and decides placement. It never carries records.
+package controllers
+
+// RBAC the operator needs, generated into config/rbac/role.yaml.
+//
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters;felixbrokers;felixstreams;felixshards,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/status;felixbrokers/status;felixstreams/status;felixshards/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/finalizers;felixbrokers/finalizers;felixstreams/finalizers;felixshards/finalizers,verbs=update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods;services;configmaps;persistentvolumeclaims;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=snapshot.storage.k8s.io,resources=volumesnapshots,verbs=get;list;watch;create;delete
