@@ -1,0 +1,239 @@
+package placement
+
+import (
+	"sort"
+	"time"
+)
+
+// ReportExpiry is how long a report is believed [CP-2]: twice the node
+// expiry timeout plus one heartbeat, since the leader keeps writing after
+// it reports and is only declared Down a node expiry after its last
+// heartbeat.
+func ReportExpiry(nodeExpiry, heartbeat time.Duration) time.Duration {
+	return 2*nodeExpiry + heartbeat
+}
+
+// Decide returns what to do with one shard. It is pure: the same input
+// gives the same decision.
+func Decide(in Input) Decision {
+	if in.Assignment == nil || in.Assignment.Epoch == 0 {
+		return firstAssignment(in)
+	}
+	a := *in.Assignment
+	lb, known := in.Brokers[a.Leader]
+	if known && lb.State == Up && lb.Incarnation == a.LeaderIncarnation {
+		return Decision{Action: Keep, Leader: a.Leader, Epoch: a.Epoch, LeaderIncarnation: a.LeaderIncarnation}
+	}
+	lost := ReasonLeaderUnavailable
+	if known && lb.State == Up {
+		lost = ReasonLeaderRestarted
+	}
+	var cands []Candidate
+	counted := map[string]string{}
+	if in.Report != nil {
+		cands, counted = assess(in, a)
+		if len(cands) > 0 && cands[0].Verdict == Eligible {
+			best := cands[0]
+			return Decision{
+				Action: Promote, Reason: lost,
+				Leader: best.Broker, Epoch: a.Epoch + 1, LeaderIncarnation: in.Brokers[best.Broker].Incarnation,
+				Counted: counted, Candidates: cands,
+			}
+		}
+	}
+	if d, ok := restartedLeader(in, a, lost, counted); ok {
+		d.Candidates = cands
+		return d
+	}
+	if in.Report == nil {
+		return Decision{Action: Wait, Reason: ReasonNoReport}
+	}
+	return Decision{Action: Wait, Reason: waitReason(cands), Candidates: cands}
+}
+
+// firstAssignment leads a new shard at epoch 1 with the first Up replica in
+// replica-set order. Its logs are empty, so every registered replica counts
+// under its registered id.
+func firstAssignment(in Input) Decision {
+	counted := map[string]string{}
+	leader := ""
+	for _, n := range in.Replicas {
+		b, ok := in.Brokers[n]
+		if !ok || b.State == Left {
+			continue
+		}
+		counted[n] = b.StorageID
+		if leader == "" && b.State == Up {
+			leader = n
+		}
+	}
+	if leader == "" {
+		return Decision{Action: Wait, Reason: ReasonNoReplicaUp}
+	}
+	return Decision{Action: Promote, Reason: ReasonNewShard, Leader: leader, Epoch: 1,
+		LeaderIncarnation: in.Brokers[leader].Incarnation, Counted: counted}
+}
+
+// line is one replica's entry in the report (the leader's own included).
+type line struct {
+	id        string
+	caughtUp  bool
+	confirmed uint64
+}
+
+// assess rates every replica [CP-1, CP-2] and returns them best first,
+// with the ids the new leader's recovery and fence quorums may count.
+func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
+	rep := in.Report
+	expiry := ReportExpiry(in.NodeExpiry, in.Heartbeat)
+	ageNow := in.Now.Sub(rep.TakenAt)
+	// [CP-2] A dead leader cannot refresh its last report: while it is
+	// still the assigned leader at the incarnation that made the report,
+	// and is Down or Left, the report's age stops at its last heartbeat.
+	held := false
+	heldAge := ageNow
+	if lb, ok := in.Brokers[rep.Leader]; ok && rep.Leader == a.Leader &&
+		rep.LeaderIncarnation == a.LeaderIncarnation && lb.Incarnation == rep.LeaderIncarnation &&
+		(lb.State == Down || lb.State == Left) {
+		held = true
+		heldAge = max(lb.LastHeartbeat.Sub(rep.TakenAt), 0)
+	}
+	lines := map[string]line{rep.Leader: {id: rep.LeaderStorageID, caughtUp: true, confirmed: rep.Position}}
+	for _, f := range rep.Followers {
+		lines[f.Broker] = line{id: f.StorageID, caughtUp: f.CaughtUp, confirmed: f.Confirmed}
+	}
+	counted := map[string]string{}
+	var cands []Candidate
+	for _, n := range in.Replicas {
+		b, registered := in.Brokers[n]
+		ln, inReport := lines[n]
+		c := Candidate{Broker: n, Confirmed: ln.confirmed}
+		idMatch := inReport && registered && ln.id != "" && ln.id == b.StorageID
+		// Missing means a broker without ids (the registry has none for
+		// it). A registered id the report does not name was never attested
+		// by the leader (it never reached the follower): that is no match.
+		idMissing := inReport && registered && b.StorageID == ""
+		unattested := inReport && registered && ln.id == "" && b.StorageID != ""
+		if in.Twin.DisableIDCheck && inReport && registered {
+			idMatch, idMissing, unattested = true, false, false
+		}
+		c.IDMatch = idMatch
+		// A missing id counts only from a fresh report taken at the
+		// broker's current incarnation, and never from a held one.
+		missingFresh := idMissing && ageNow <= expiry && !rep.TakenAt.Before(b.RegisteredAt)
+		age := ageNow
+		if held {
+			age = heldAge
+		}
+		switch {
+		case idMatch:
+			counted[n] = b.StorageID
+		case missingFresh:
+			counted[n] = ""
+		}
+		switch {
+		case !registered || b.State != Up:
+			c.Verdict = NotUp
+		case !inReport:
+			c.Verdict = NotInReport
+		case unattested:
+			c.Verdict = IDNotReported
+		case !idMatch && !idMissing:
+			c.Verdict = IDChanged
+		case idMissing && !missingFresh:
+			c.Verdict = IDMissingStale
+		case idMatch && age > expiry:
+			c.Verdict = ReportTooOld
+		case !ln.caughtUp:
+			c.Verdict = NotCaughtUp
+		default:
+			c.Verdict = Eligible
+		}
+		cands = append(cands, c)
+	}
+	// A replica whose registered id is still the one the current
+	// assignment counted has kept its copy since before this report (the
+	// report was taken by that assignment's leader, after it), so it may
+	// count too even when the report could not attest its id.
+	if rep.Epoch == a.Epoch && rep.Leader == a.Leader {
+		for n, id := range a.Counted {
+			if b, ok := in.Brokers[n]; ok && id != "" && b.StorageID == id {
+				if _, set := counted[n]; !set {
+					counted[n] = id
+				}
+			}
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return less(cands[i], cands[j]) })
+	return cands, counted
+}
+
+// less ranks candidates: eligible first, then highest confirmed, then an
+// id match before a missing id, then by name.
+func less(a, b Candidate) bool {
+	if (a.Verdict == Eligible) != (b.Verdict == Eligible) {
+		return a.Verdict == Eligible
+	}
+	if a.Confirmed != b.Confirmed {
+		return a.Confirmed > b.Confirmed
+	}
+	if a.IDMatch != b.IDMatch {
+		return a.IDMatch
+	}
+	return a.Broker < b.Broker
+}
+
+// waitReason summarises why no replica is eligible.
+func waitReason(cands []Candidate) Reason {
+	up, tooOld := 0, 0
+	for _, c := range cands {
+		if c.Verdict != NotUp {
+			up++
+		}
+		if c.Verdict == ReportTooOld || c.Verdict == IDMissingStale {
+			tooOld++
+		}
+	}
+	switch {
+	case up == 0:
+		return ReasonNoReplicaUp
+	case tooOld > 0:
+		return ReasonReportExpired
+	default:
+		return ReasonNoEligibleFollower
+	}
+}
+
+// restartedLeader handles a leader that restarted (Up at a newer
+// incarnation) when no follower is eligible, e.g. before its first report
+// or after the report expired: it holds everything it acknowledged as long
+// as its registered id is still the one its assignment counted (or its
+// report, made for this assignment, named), so it is promoted again at a
+// new epoch. The recovery and fence quorums count, besides the report's
+// id-matching replicas, every replica whose registered id is still the one
+// the assignment counted.
+func restartedLeader(in Input, a Assignment, lost Reason, counted map[string]string) (Decision, bool) {
+	lb := in.Brokers[a.Leader]
+	if lost != ReasonLeaderRestarted || lb.StorageID == "" {
+		return Decision{}, false
+	}
+	unchanged := a.Counted[a.Leader] == lb.StorageID
+	if r := in.Report; r != nil && r.Leader == a.Leader && r.Epoch == a.Epoch && r.LeaderIncarnation == a.LeaderIncarnation &&
+		r.LeaderStorageID == lb.StorageID {
+		unchanged = true
+	}
+	if !unchanged {
+		return Decision{}, false
+	}
+	out := map[string]string{a.Leader: lb.StorageID}
+	for n, id := range counted {
+		out[n] = id
+	}
+	for n, id := range a.Counted {
+		if b, ok := in.Brokers[n]; ok && id != "" && b.StorageID == id {
+			out[n] = id
+		}
+	}
+	return Decision{Action: Promote, Reason: ReasonLeaderRestarted, Leader: a.Leader, Epoch: a.Epoch + 1,
+		LeaderIncarnation: lb.Incarnation, Counted: out}, true
+}

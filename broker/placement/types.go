@@ -1,0 +1,278 @@
+// Package placement decides which replica of a shard leads [CP-1..3]. It is
+// a pure function of plain Go values, shared by the operator and by tests
+// and simulators: no Kubernetes types, no clocks (now is an input), no I/O.
+//
+// The rules, from DESIGN.md section 6 and the seed "The follower that
+// forgot":
+//
+//   - [CP-1] Promote only a follower whose storage id in the leader's report
+//     equals the id it is registered with now. A different id never counts
+//     (it lost its directory since it was counted). A missing id on either
+//     side (an older broker) counts only from a fresh report taken at the
+//     broker's current incarnation.
+//   - [CP-2] A report expires ReportExpiry(nodeExpiry, heartbeat) = 2 x node
+//     expiry + 1 heartbeat after it was taken. While the report's leader is
+//     still the assigned leader, at the incarnation that made the report,
+//     and is Down or Left, the report's age is measured to that leader's
+//     last heartbeat instead of to now, for id-matching followers only.
+//   - [CP-3] With no eligible follower the shard waits, with a typed reason
+//     the operator turns into a condition and an event, rather than guess.
+//
+// Candidates are ranked as a sort: highest confirmed first, then an
+// id-matching follower before a missing-id one, then by name.
+package placement
+
+import (
+	"fmt"
+	"time"
+)
+
+// BrokerState is a broker's liveness as the control plane records it.
+type BrokerState uint8
+
+const (
+	// Up: the broker renewed its heartbeat within the node expiry timeout.
+	Up BrokerState = iota + 1
+	// Down: no renewal within the node expiry timeout.
+	Down
+	// Left: the broker was removed from the cluster.
+	Left
+)
+
+// String returns the state's name as the FelixBroker API spells it.
+func (s BrokerState) String() string {
+	switch s {
+	case Up:
+		return "Up"
+	case Down:
+		return "Down"
+	case Left:
+		return "Left"
+	default:
+		return fmt.Sprintf("BrokerState(%d)", uint8(s))
+	}
+}
+
+// Broker is one broker's registration record.
+type Broker struct {
+	// StorageID is the registered storage id ("" for an older broker that
+	// has none).
+	StorageID string
+	// Incarnation is the node incarnation of the current registration.
+	Incarnation uint64
+	// RegisteredAt is when the current incarnation registered, on the
+	// control plane's clock. A report taken before it predates the
+	// broker's current incarnation.
+	RegisteredAt  time.Time
+	State         BrokerState
+	LastHeartbeat time.Time
+}
+
+// Assignment is the shard's current assignment (status.assignment).
+// Counted is the Decision.Counted it was made with (optional): the ids
+// placement counted at that time.
+type Assignment struct {
+	Leader            string
+	Epoch             uint64
+	LeaderIncarnation uint64
+	Counted           map[string]string
+}
+
+// FollowerReport is one follower's line of a leader's report [RP-6].
+type FollowerReport struct {
+	Broker string
+	// StorageID is the id the follower was counted under ("" if none).
+	StorageID string
+	CaughtUp  bool
+	// Confirmed is the follower's confirmed position on the data log.
+	Confirmed uint64
+}
+
+// Report is the latest leader report (status.report).
+type Report struct {
+	Leader            string
+	LeaderIncarnation uint64
+	// LeaderStorageID is the reporting leader's own storage id.
+	LeaderStorageID string
+	Epoch           uint64
+	// TakenAt is when the report was taken, on the control plane's clock
+	// (the operator stamps it when it first observes the report).
+	TakenAt   time.Time
+	Position  uint64
+	Followers []FollowerReport
+}
+
+// Input is everything placement decides from.
+type Input struct {
+	// Replicas is the shard's replica set, in its spec order.
+	Replicas []string
+	// Brokers is the registry; a replica missing from it is treated as
+	// Left.
+	Brokers map[string]Broker
+	// Assignment is nil for a new shard.
+	Assignment *Assignment
+	// Report is nil when no leader has reported.
+	Report     *Report
+	Now        time.Time
+	NodeExpiry time.Duration
+	Heartbeat  time.Duration
+	// Twin switches a rule off for the simulator's twins; zero in
+	// production.
+	Twin Twin
+}
+
+// Twin switches single rules off, for simulator twins only (issue 7).
+type Twin struct {
+	// DisableIDCheck ([CP-1] off): a follower counts whatever id it was
+	// reported under.
+	DisableIDCheck bool
+}
+
+// Action is what to do with the shard.
+type Action uint8
+
+const (
+	// Keep the current assignment.
+	Keep Action = iota + 1
+	// Promote Decision.Leader at Decision.Epoch.
+	Promote
+	// Wait: no replica may lead now; Decision.Reason says why.
+	Wait
+)
+
+// String returns the action's name.
+func (a Action) String() string {
+	switch a {
+	case Keep:
+		return "Keep"
+	case Promote:
+		return "Promote"
+	case Wait:
+		return "Wait"
+	default:
+		return fmt.Sprintf("Action(%d)", uint8(a))
+	}
+}
+
+// Reason explains a decision; the operator uses it as the condition reason
+// and in the event.
+type Reason uint8
+
+const (
+	// ReasonNone accompanies Keep.
+	ReasonNone Reason = iota
+	// ReasonNewShard: the first assignment of a new shard.
+	ReasonNewShard
+	// ReasonLeaderUnavailable: the leader is Down, Left or unknown.
+	ReasonLeaderUnavailable
+	// ReasonLeaderRestarted: the leader's incarnation moved on since the
+	// assignment; it may only lead again at a new epoch.
+	ReasonLeaderRestarted
+	// ReasonNoReplicaUp: no replica is Up.
+	ReasonNoReplicaUp
+	// ReasonNoReport: no report can be used.
+	ReasonNoReport
+	// ReasonReportExpired: the report is too old for every follower.
+	ReasonReportExpired
+	// ReasonNoEligibleFollower: the report is usable but no Up follower
+	// is caught up under its registered id.
+	ReasonNoEligibleFollower
+)
+
+// String returns the reason as a CamelCase condition reason.
+func (r Reason) String() string {
+	switch r {
+	case ReasonNone:
+		return "None"
+	case ReasonNewShard:
+		return "NewShard"
+	case ReasonLeaderUnavailable:
+		return "LeaderUnavailable"
+	case ReasonLeaderRestarted:
+		return "LeaderRestarted"
+	case ReasonNoReplicaUp:
+		return "NoReplicaUp"
+	case ReasonNoReport:
+		return "NoReport"
+	case ReasonReportExpired:
+		return "ReportExpired"
+	case ReasonNoEligibleFollower:
+		return "NoEligibleFollower"
+	default:
+		return fmt.Sprintf("Reason(%d)", uint8(r))
+	}
+}
+
+// Verdict is why one replica is or is not a candidate.
+type Verdict uint8
+
+const (
+	// Eligible: may be promoted.
+	Eligible Verdict = iota + 1
+	// NotUp: the broker is not Up.
+	NotUp
+	// NotInReport: the report has no line for it.
+	NotInReport
+	// NotCaughtUp: the report says it is not caught up.
+	NotCaughtUp
+	// IDChanged: its reported id differs from its registered id [CP-1].
+	IDChanged
+	// IDMissingStale: a broker without a registered id, and the report is
+	// not fresh or predates its current incarnation [CP-1].
+	IDMissingStale
+	// ReportTooOld: the report has expired for it [CP-2].
+	ReportTooOld
+	// IDNotReported: the broker has a registered id but the report names
+	// none for it (the leader never learned it); it does not count [CP-1].
+	IDNotReported
+)
+
+// String returns the verdict's name.
+func (v Verdict) String() string {
+	switch v {
+	case Eligible:
+		return "Eligible"
+	case NotUp:
+		return "NotUp"
+	case NotInReport:
+		return "NotInReport"
+	case NotCaughtUp:
+		return "NotCaughtUp"
+	case IDChanged:
+		return "IDChanged"
+	case IDMissingStale:
+		return "IDMissingStale"
+	case ReportTooOld:
+		return "ReportTooOld"
+	case IDNotReported:
+		return "IDNotReported"
+	default:
+		return fmt.Sprintf("Verdict(%d)", uint8(v))
+	}
+}
+
+// Candidate is one replica's assessment.
+type Candidate struct {
+	Broker    string
+	Verdict   Verdict
+	Confirmed uint64
+	IDMatch   bool // reported id equals registered id, both present
+}
+
+// Decision is placement's output.
+type Decision struct {
+	Action Action
+	Reason Reason
+	// Leader, Epoch and LeaderIncarnation form the new assignment
+	// (Promote) or repeat the current one (Keep).
+	Leader            string
+	Epoch             uint64
+	LeaderIncarnation uint64
+	// Counted maps each replica that may count towards the new leader's
+	// recovery and fence quorums to the storage id placement counted it
+	// under (Promote only). A replica absent from it never counts there.
+	Counted map[string]string
+	// Candidates lists every assessed replica, best first (Promote and
+	// Wait after a leader loss), for conditions and events.
+	Candidates []Candidate
+}

@@ -1,0 +1,56 @@
+// Package replication is the deterministic replication core of ONE replica
+// of one shard, in etcd-raft's Step/Ready/Advance style: no goroutines,
+// clocks, randomness or I/O inside (the only call out is the read-only
+// LogReader, used to fetch persisted record contents to ship). The same
+// inputs in the same order produce the same outputs, so a seeded simulator
+// can drive many replicas through crashes, wipes and partitions.
+//
+// The rules it enforces are named in DESIGN.md section 6 and
+// docs/replication-design.md: cursors per follower per log learned under a
+// storage id [RP-1], the id looked up at the start of every exchange [RP-2]
+// and a changed id resetting every log's cursor [RP-3], passes that always
+// ask the follower [RP-4], a quorum mark that counts only followers
+// answered this pass over a connection presenting the cursor's id [RP-5],
+// reports [RP-6], the epoch check and the fence.
+//
+// # State it keeps
+//
+// The core keeps an in-memory view of each local log: base, tail, the
+// persisted position, the epoch starts (offset, epoch) of the log, and the
+// records written but not yet persisted. It is built from State at New
+// (the store supplies the epoch starts; the first record of every epoch is
+// a fence record, so a store can index them like trim records). Record
+// contents below the persisted position are read through LogReader.
+//
+// # Drive loop
+//
+// The runtime owns one Replica per shard replica and serialises calls:
+//
+//	r, _ := replication.New(cfg, stateFromStore)
+//	r.SetKnownEpoch(epochFromControlPlane) // before any shipping is accepted
+//	for {
+//		select {
+//		case m := <-incoming:       // m.Conn = connection it arrived on
+//			r.Step(m)
+//		case <-ticker.C:
+//			r.Tick()
+//		case p := <-proposals:
+//			r.Propose(p)
+//		case ev := <-connEvents:    // handshake presented storage id ev.ID
+//			r.Connected(ev.Peer, ev.Conn, ev.ID) // or Disconnected / LookupFailed
+//		case a := <-assignments:    // FelixShard status.assignment
+//			r.Assign(a)
+//		}
+//		if r.HasReady() {
+//			rd := r.Ready()
+//			send(rd.Messages)          // may go before the writes are durable
+//			persist(rd.Writes)         // in order, durably per the fsync mode
+//			publish(rd.Commits)        // readers of Quorum/All streams
+//			complete(rd.Acks)          // client acknowledgements
+//			if rd.Report != nil {
+//				writeReport(rd.Report) // FelixShard status.report, rate-limited
+//			}
+//			r.Advance(rd)
+//		}
+//	}
+package replication
