@@ -39,6 +39,25 @@ type Assignment struct {
 	// AssignedAt is when this assignment was made.
 	// +optional
 	AssignedAt *metav1.Time `json:"assignedAt,omitempty"`
+	// Counted lists the replicas that may count towards the new leader's
+	// recovery and fence quorums, each under the storage id placement
+	// counted it under ([CP-1]). A replica absent from it never counts for
+	// the fence.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Counted []CountedReplica `json:"counted,omitempty"`
+}
+
+// CountedReplica is a replica placement counted, and the storage id it was
+// counted under.
+type CountedReplica struct {
+	// Name is the FelixBroker name.
+	Name string `json:"name"`
+	// StorageID it was counted under; empty for a broker without storage
+	// ids, counted from a fresh report.
+	// +optional
+	StorageID string `json:"storageID,omitempty"`
 }
 
 // FollowerReport is the leader's view of one follower ([RP-6]).

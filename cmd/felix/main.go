@@ -46,6 +46,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCmd(),
+		newRestorePointCmd(),
 		newOperatorCmd(),
 		newBrokerCmd(),
 		newAppendCmd(),
@@ -53,6 +54,7 @@ func newRootCmd() *cobra.Command {
 		newTrimCmd(),
 		newDescribeCmd(),
 		newBenchCmd(),
+		newFelixdCmd(),
 	)
 	return root
 }

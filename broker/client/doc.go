@@ -1,0 +1,18 @@
+// Package client is the Go client of the Felix wire protocol.
+//
+// One Client holds one connection and pipelines: any number of goroutines
+// may call it at once, each request is written as soon as it is made and
+// answers are matched by request id, so many requests are in flight on the
+// one connection. Every call honours its context's deadline.
+//
+// The client never retries. In particular a conditional append or trim whose
+// answer was lost (deadline, broken connection) fails with an error matching
+// ErrUnknownOutcome: it may or may not have landed, and sending it again
+// blindly could land it twice or, worse, make a stale writer adopt a tail it
+// never read. Re-read from your own cursor and decide [FD-1] [FD-2].
+//
+// Errors from the broker are *wire.Error values; errors.Is matches the
+// record package's sentinels (record.ErrOffsetMismatch,
+// record.ErrCursorTooOld, ...), and (*wire.Error).RecordError converts to
+// the typed record errors.
+package client

@@ -1,0 +1,269 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// DefaultReportRefresh is how often an unchanged report is rewritten. Its
+// freshness does not depend on it: the leader's "current" Lease renewals
+// vouch for unchanged reports (docs/operator.md, "Report write rate"); the
+// refresh only keeps positions visible.
+const DefaultReportRefresh = 5 * time.Minute
+
+// ReportOptions bound a ReportWriter's write rate.
+type ReportOptions struct {
+	// Refresh is how often an unchanged report is rewritten
+	// (DefaultReportRefresh when zero). Each shard is rewritten once per
+	// Refresh at its own phase, so refreshes spread evenly.
+	Refresh time.Duration
+	// MaxWritesPerSecond caps all of this writer's report writes (10 when
+	// zero); changes go before refreshes, oldest first.
+	MaxWritesPerSecond float64
+}
+
+// ReportWriter writes the status.report of the shards this broker leads,
+// with server-side apply as FieldManager [RP-6]. It writes a report when
+// what placement reads changes (leader, incarnation, storage ids, epoch,
+// which followers are caught up) and otherwise only at the refresh
+// interval; positions ride along. Safe for concurrent use.
+type ReportWriter struct {
+	c       *Client
+	opts    ReportOptions
+	limiter *rate.Limiter
+	wake    chan struct{}
+	writes  atomic.Uint64
+	failed  atomic.Uint64
+
+	mu     sync.Mutex
+	shards map[string]*reportState
+}
+
+type reportState struct {
+	want       felixv1.ShardReport
+	written    *felixv1.ShardReport
+	writtenAt  time.Time
+	dirtySince time.Time // zero: what placement reads is written
+}
+
+// NewReportWriter returns a writer; call Run.
+func (c *Client) NewReportWriter(opts ReportOptions) *ReportWriter {
+	if opts.Refresh <= 0 {
+		opts.Refresh = DefaultReportRefresh
+	}
+	if opts.MaxWritesPerSecond <= 0 {
+		opts.MaxWritesPerSecond = 10
+	}
+	return &ReportWriter{
+		c: c, opts: opts,
+		limiter: rate.NewLimiter(rate.Limit(opts.MaxWritesPerSecond), max(1, int(opts.MaxWritesPerSecond))),
+		wake:    make(chan struct{}, 1),
+		shards:  map[string]*reportState{},
+	}
+}
+
+// Set records the leader's current view of a shard it leads. Call it
+// whenever the view changes; the writer decides whether it is written now
+// (a change placement reads) or at the next refresh (positions only).
+func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
+	now := w.c.cfg.Clock.Now()
+	w.mu.Lock()
+	st, ok := w.shards[shard]
+	if !ok {
+		st = &reportState{}
+		w.shards[shard] = st
+	}
+	st.want = *rep.DeepCopy()
+	if (st.written == nil || !samePlacement(*st.written, rep)) && st.dirtySince.IsZero() {
+		st.dirtySince = now
+	}
+	if st.written != nil && samePlacement(*st.written, rep) {
+		st.dirtySince = time.Time{}
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Invalidate forces the next pass to rewrite shard's report, for a leader
+// that sees a stored report that is not its own (another broker wrote it).
+func (w *ReportWriter) Invalidate(shard string) {
+	w.mu.Lock()
+	if st, ok := w.shards[shard]; ok {
+		st.written = nil
+		if st.dirtySince.IsZero() {
+			st.dirtySince = w.c.cfg.Clock.Now()
+		}
+	}
+	w.mu.Unlock()
+}
+
+// Drop forgets a shard this broker no longer leads.
+func (w *ReportWriter) Drop(shard string) {
+	w.mu.Lock()
+	delete(w.shards, shard)
+	w.mu.Unlock()
+}
+
+// Current reports whether every change placement reads was written within
+// one heartbeat interval of being Set. RunHeartbeat records it on the
+// Lease; the operator trusts unchanged reports only while it is true.
+func (w *ReportWriter) Current() bool {
+	now := w.c.cfg.Clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, st := range w.shards {
+		if !st.dirtySince.IsZero() && now.Sub(st.dirtySince) > w.c.cfg.HeartbeatInterval {
+			return false
+		}
+	}
+	return true
+}
+
+// Writes returns the number of successful report writes.
+func (w *ReportWriter) Writes() uint64 { return w.writes.Load() }
+
+// Failures returns the number of failed report writes.
+func (w *ReportWriter) Failures() uint64 { return w.failed.Load() }
+
+// Run writes reports until ctx ends: changes as soon as the rate cap
+// allows, refreshes at each shard's phase. It wakes on Set and at least
+// every quarter heartbeat.
+func (w *ReportWriter) Run(ctx context.Context) error {
+	tick := w.c.cfg.Clock.NewTicker(max(w.c.cfg.HeartbeatInterval/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		for _, shard := range w.due() {
+			if err := w.limiter.Wait(ctx); err != nil {
+				return ctx.Err()
+			}
+			w.write(ctx, shard)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.wake:
+		case <-tick.C():
+		}
+	}
+}
+
+// due lists the shards to write now: changed ones oldest first, then
+// those whose refresh phase has come.
+func (w *ReportWriter) due() []string {
+	now := w.c.cfg.Clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type item struct {
+		name string
+		at   time.Time
+	}
+	var changed, refresh []item
+	for name, st := range w.shards {
+		switch {
+		case !st.dirtySince.IsZero():
+			changed = append(changed, item{name, st.dirtySince})
+		case !now.Before(nextRefresh(name, st.writtenAt, w.opts.Refresh)):
+			refresh = append(refresh, item{name, st.writtenAt})
+		}
+	}
+	sort.Slice(changed, func(i, j int) bool { return changed[i].at.Before(changed[j].at) })
+	sort.Slice(refresh, func(i, j int) bool { return refresh[i].at.Before(refresh[j].at) })
+	out := make([]string, 0, len(changed)+len(refresh))
+	for _, it := range append(changed, refresh...) {
+		out = append(out, it.name)
+	}
+	return out
+}
+
+// nextRefresh is the first time after writtenAt at the shard's phase: a
+// point of the grid phase + k x refresh, the phase fixed by the shard's
+// name. Every shard is rewritten once per refresh, spread evenly.
+func nextRefresh(shard string, writtenAt time.Time, refresh time.Duration) time.Time {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(shard))
+	phase := time.Duration(h.Sum64() % uint64(refresh))
+	since := writtenAt.UnixNano() - int64(phase)
+	k := since/int64(refresh) + 1
+	return time.Unix(0, k*int64(refresh)+int64(phase))
+}
+
+// write applies one shard's report.
+func (w *ReportWriter) write(ctx context.Context, shard string) {
+	now := w.c.cfg.Clock.Now()
+	w.mu.Lock()
+	st, ok := w.shards[shard]
+	if !ok {
+		w.mu.Unlock()
+		return
+	}
+	rep := *st.want.DeepCopy()
+	w.mu.Unlock()
+	rep.TakenAt = metav1.NewTime(now)
+
+	body := map[string]any{
+		"apiVersion": felixv1.GroupVersion.String(),
+		"kind":       "FelixShard",
+		"metadata":   map[string]any{"name": shard, "namespace": w.c.cfg.Namespace},
+		"status":     map[string]any{"report": rep},
+	}
+	data, err := json.Marshal(body)
+	if err == nil {
+		target := &felixv1.FelixShard{ObjectMeta: metav1.ObjectMeta{Name: shard, Namespace: w.c.cfg.Namespace}}
+		err = w.c.c.Status().Patch(ctx, target, client.RawPatch(types.ApplyPatchType, data), client.FieldOwner(FieldManager), client.ForceOwnership)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.failed.Add(1)
+		w.c.cfg.Log.Info("report write failed", "shard", shard, "error", err.Error())
+		return
+	}
+	w.writes.Add(1)
+	st, ok = w.shards[shard]
+	if !ok {
+		return
+	}
+	st.written, st.writtenAt = &rep, now
+	if samePlacement(rep, st.want) {
+		st.dirtySince = time.Time{}
+	}
+}
+
+// samePlacement compares what placement reads of two reports: leader,
+// incarnation, storage id, epoch and, per follower, storage id and caught
+// up. Positions and times do not count.
+func samePlacement(a, b felixv1.ShardReport) bool {
+	if a.Leader != b.Leader || a.LeaderIncarnation != b.LeaderIncarnation || a.LeaderStorageID != b.LeaderStorageID ||
+		a.Epoch != b.Epoch || len(a.Followers) != len(b.Followers) {
+		return false
+	}
+	type line struct {
+		id string
+		up bool
+	}
+	seen := make(map[string]line, len(a.Followers))
+	for _, f := range a.Followers {
+		seen[f.Name] = line{f.StorageID, f.CaughtUp}
+	}
+	for _, f := range b.Followers {
+		if l, ok := seen[f.Name]; !ok || l != (line{f.StorageID, f.CaughtUp}) {
+			return false
+		}
+	}
+	return true
+}

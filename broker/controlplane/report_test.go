@@ -1,0 +1,135 @@
+package controlplane
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+func testClient(t *testing.T, clk *clocktesting.FakeClock) *Client {
+	t.Helper()
+	c, err := New(Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "n", Cluster: "c", Broker: "c-0",
+		HeartbeatInterval: 2 * time.Second, NodeExpiry: 10 * time.Second, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func rep(pos int64, followers ...felixv1.FollowerReport) felixv1.ShardReport {
+	return felixv1.ShardReport{Leader: "c-0", LeaderIncarnation: 3, LeaderStorageID: "aa", Epoch: 2, Position: pos, Followers: followers}
+}
+
+func TestRP6_SamePlacementIgnoresPositions(t *testing.T) {
+	f := func(n, id string, up bool, conf int64) felixv1.FollowerReport {
+		return felixv1.FollowerReport{Name: n, StorageID: id, CaughtUp: up, Confirmed: conf}
+	}
+	base := rep(10, f("c-1", "bb", true, 10), f("c-2", "cc", false, 4))
+	tests := []struct {
+		name string
+		b    felixv1.ShardReport
+		same bool
+	}{
+		{"positions moved", rep(99, f("c-2", "cc", false, 50), f("c-1", "bb", true, 99)), true},
+		{"caught up flipped", rep(10, f("c-1", "bb", true, 10), f("c-2", "cc", true, 10)), false},
+		{"follower id changed", rep(10, f("c-1", "bx", true, 10), f("c-2", "cc", false, 4)), false},
+		{"follower gone", rep(10, f("c-1", "bb", true, 10)), false},
+		{"epoch", func() felixv1.ShardReport { r := base; r.Epoch = 3; return r }(), false},
+		{"incarnation", func() felixv1.ShardReport { r := base; r.LeaderIncarnation = 4; return r }(), false},
+		{"leader id", func() felixv1.ShardReport { r := base; r.LeaderStorageID = "zz"; return r }(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := samePlacement(base, tt.b); got != tt.same {
+				t.Fatalf("samePlacement = %v; want %v", got, tt.same)
+			}
+		})
+	}
+}
+
+// TestRP6_RefreshOncePerIntervalSpread: every shard is due exactly once
+// per refresh interval, at phases spread across it.
+func TestRP6_RefreshOncePerIntervalSpread(t *testing.T) {
+	const refresh = 5 * time.Minute
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	buckets := make([]int, 10)
+	for i := 0; i < 1000; i++ {
+		name := "s-" + string(rune('a'+i%26)) + time.Duration(i).String()
+		next := nextRefresh(name, t0, refresh)
+		if !next.After(t0) || next.After(t0.Add(refresh)) {
+			t.Fatalf("%s: next refresh %s not within (t0, t0+refresh]", name, next.Sub(t0))
+		}
+		if again := nextRefresh(name, next, refresh); again.Sub(next) != refresh {
+			t.Fatalf("%s: refreshes %s apart; want %s", name, again.Sub(next), refresh)
+		}
+		buckets[int(next.Sub(t0)*10/refresh)%10]++
+	}
+	for i, n := range buckets {
+		if n < 60 || n > 140 {
+			t.Fatalf("refresh phases not spread: bucket %d holds %d of 1000 (%v)", i, n, buckets)
+		}
+	}
+}
+
+// TestRP6_WriteOnChangeAndCurrent: a change placement reads is due at
+// once; a position-only change is not; Current turns false once a change
+// waits longer than a heartbeat.
+func TestRP6_WriteOnChangeAndCurrent(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	w := testClient(t, clk).NewReportWriter(ReportOptions{})
+	up := felixv1.FollowerReport{Name: "c-1", StorageID: "bb", CaughtUp: true}
+	w.Set("s-0", rep(1, up))
+	if due := w.due(); len(due) != 1 || due[0] != "s-0" {
+		t.Fatalf("new report due = %v", due)
+	}
+	// Pretend it was written.
+	w.mu.Lock()
+	st := w.shards["s-0"]
+	written := st.want
+	st.written, st.writtenAt, st.dirtySince = &written, clk.Now(), time.Time{}
+	w.mu.Unlock()
+	w.Set("s-0", rep(50, felixv1.FollowerReport{Name: "c-1", StorageID: "bb", CaughtUp: true, Confirmed: 50}))
+	if due := w.due(); len(due) != 0 {
+		t.Fatalf("position-only change due = %v; want nothing before the refresh", due)
+	}
+	if !w.Current() {
+		t.Fatal("not current with nothing pending")
+	}
+	w.Set("s-0", rep(60, felixv1.FollowerReport{Name: "c-1", StorageID: "bb", CaughtUp: false}))
+	if due := w.due(); len(due) != 1 {
+		t.Fatalf("caught-up change due = %v", due)
+	}
+	clk.Step(time.Second)
+	if !w.Current() {
+		t.Fatal("a change pending for less than a heartbeat counts as behind")
+	}
+	clk.Step(1500 * time.Millisecond)
+	if w.Current() {
+		t.Fatal("a change pending for more than a heartbeat counts as current")
+	}
+	// Setting it back to what was written clears it.
+	w.Set("s-0", rep(70, up))
+	if !w.Current() {
+		t.Fatal("reverting to the written report left it pending")
+	}
+	w.Drop("s-0")
+	if due := w.due(); len(due) != 0 {
+		t.Fatalf("dropped shard due: %v", due)
+	}
+}
+
+func TestID4_RenewBeforeRegisterRefused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := testClient(t, clk)
+	if err := c.Renew(t.Context(), true); !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("Renew before Register: %v; want ErrNotRegistered", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with empty config: %v", err)
+	}
+}

@@ -1,0 +1,17 @@
+// Package logstore keeps a broker's shard logs on disk: dense offsets from a
+// shard's base, batch appends that land whole or not at all, conditional
+// appends and trims checked against the tail [TR-1..3], reads refused below
+// the readable start with the floor-setting trim's headers [TR-4], the trim
+// index [TR-5], whole-segment deletion below the floor [TR-6] and retention
+// that fenced logs refuse [TR-7].
+//
+// It owns one decision: how records sit in a badger database and when an
+// append may be acknowledged under the chosen fsync mode. Replication, the
+// wire protocol and the data directory identity live elsewhere; they use
+// this package through Store and Log.
+//
+// All writes of a Store go through one writer goroutine that gathers the
+// appends waiting at that moment into one badger transaction, and, under
+// FsyncOnCommit, a syncer goroutine that makes one DB.Sync cover every append
+// committed before it started (group commit). See docs/durable-storage.md.
+package logstore

@@ -1,0 +1,94 @@
+package logstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"felix.dev/felix/broker/record"
+)
+
+// Key layout (all integers big-endian so badger's byte order is offset
+// order):
+//
+//	'c' | uvarint len(stream) | stream | shard u32 | log kind u8  -> log meta
+//	'd' | log number u32 | segment u64 | first offset u64         -> batch
+//	't' | log number u32 | trim offset u64                       -> trim index entry
+//	'x' | log number u32                                         -> trim index marker
+//
+// A log number is a small integer the catalog assigns at creation, so data
+// keys stay short. A batch never straddles a segment: the writer splits an
+// append at segment boundaries into several keys of one transaction, so a
+// segment is exactly the keys under 'd' | log | segment, and deleting one is
+// a key-only scan of that prefix plus deletes ([TR-6]).
+const (
+	prefixCatalog  = 'c'
+	prefixData     = 'd'
+	prefixTrim     = 't'
+	prefixTrimMark = 'x'
+)
+
+const dataKeyLen = 1 + 4 + 8 + 8
+
+func catalogKey(id record.LogID) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(id.Stream)+5)
+	k = append(k, prefixCatalog)
+	k = binary.AppendUvarint(k, uint64(len(id.Stream)))
+	k = append(k, id.Stream...)
+	k = binary.BigEndian.AppendUint32(k, id.Shard)
+	return append(k, byte(id.Log))
+}
+
+var errBadKey = errors.New("malformed key")
+
+func parseCatalogKey(k []byte) (record.LogID, error) {
+	if len(k) < 1 || k[0] != prefixCatalog {
+		return record.LogID{}, errBadKey
+	}
+	n, w := binary.Uvarint(k[1:])
+	if w <= 0 || w != len(binary.AppendUvarint(nil, n)) || uint64(len(k)-1-w) != n+5 {
+		return record.LogID{}, fmt.Errorf("%w: catalog key length", errBadKey)
+	}
+	p := 1 + w
+	id := record.LogID{ShardID: record.ShardID{Stream: string(k[p : p+int(n)])}}
+	p += int(n)
+	id.Shard = binary.BigEndian.Uint32(k[p:])
+	id.Log = record.LogKind(k[p+4])
+	return id, nil
+}
+
+func logPrefix(prefix byte, num uint32) []byte {
+	k := make([]byte, 5, dataKeyLen)
+	k[0] = prefix
+	binary.BigEndian.PutUint32(k[1:], num)
+	return k
+}
+
+func segmentPrefix(num uint32, seg uint64) []byte {
+	return binary.BigEndian.AppendUint64(logPrefix(prefixData, num), seg)
+}
+
+func dataKey(num uint32, seg, first uint64) []byte {
+	return binary.BigEndian.AppendUint64(segmentPrefix(num, seg), first)
+}
+
+// parseDataKey returns the segment and first offset of a data key.
+func parseDataKey(k []byte) (seg, first uint64, err error) {
+	if len(k) != dataKeyLen || k[0] != prefixData {
+		return 0, 0, errBadKey
+	}
+	return binary.BigEndian.Uint64(k[5:]), binary.BigEndian.Uint64(k[13:]), nil
+}
+
+func trimKey(num uint32, off uint64) []byte {
+	return binary.BigEndian.AppendUint64(logPrefix(prefixTrim, num), off)
+}
+
+func parseTrimKey(k []byte) (uint64, error) {
+	if len(k) != 13 || k[0] != prefixTrim {
+		return 0, errBadKey
+	}
+	return binary.BigEndian.Uint64(k[5:]), nil
+}
+
+func trimMarkKey(num uint32) []byte { return logPrefix(prefixTrimMark, num) }

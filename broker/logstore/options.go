@@ -1,0 +1,156 @@
+package logstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// FsyncMode says when an append is acknowledged relative to the disk.
+type FsyncMode uint8
+
+const (
+	// FsyncOnCommit acknowledges an append only after a DB.Sync that
+	// started after the append was written. Concurrent appends share one
+	// sync (group commit). Survives process and machine crashes.
+	FsyncOnCommit FsyncMode = iota
+	// FsyncPeriodic acknowledges after the write reaches badger's log
+	// files (page cache); a background sync runs every FsyncInterval.
+	// Survives process crashes; a machine crash may lose up to about one
+	// interval of acknowledged appends.
+	FsyncPeriodic
+	// FsyncNone never syncs explicitly (only on Close). Survives process
+	// crashes; a machine crash may lose any acknowledged append not yet
+	// written back by the kernel.
+	FsyncNone
+)
+
+// DefaultFsyncInterval is the background sync interval of FsyncPeriodic when
+// Options.FsyncInterval is zero.
+const DefaultFsyncInterval = 100 * time.Millisecond
+
+// Default limits applied when the corresponding Options field is zero.
+const (
+	DefaultSegmentRecords  = 65536
+	DefaultMaxRecordBytes  = 1 << 20
+	DefaultMaxBatchRecords = 4096
+	DefaultMaxBatchBytes   = 4 << 20
+)
+
+// String returns "on-commit", "periodic" or "none".
+func (m FsyncMode) String() string {
+	switch m {
+	case FsyncOnCommit:
+		return "on-commit"
+	case FsyncPeriodic:
+		return "periodic"
+	case FsyncNone:
+		return "none"
+	default:
+		return fmt.Sprintf("fsync-mode(%d)", uint8(m))
+	}
+}
+
+// ParseFsyncMode parses "on-commit", "periodic" or "none". The Kubernetes
+// API spellings "OnCommit", "Periodic" and "None" are accepted too.
+func ParseFsyncMode(s string) (FsyncMode, error) {
+	switch s {
+	case "on-commit", "OnCommit":
+		return FsyncOnCommit, nil
+	case "periodic", "Periodic":
+		return FsyncPeriodic, nil
+	case "none", "None":
+		return FsyncNone, nil
+	default:
+		return 0, fmt.Errorf("%w: %q (want on-commit, periodic or none)", ErrBadFsyncMode, s)
+	}
+}
+
+// Metrics receives the store's measurements. The server implements it with
+// prometheus; a nil Metrics in Options means no measurements. Methods are
+// called from the store's goroutines and must not block.
+type Metrics interface {
+	// ObserveAppend is called once per acknowledged append (or trim, or
+	// replicated append) with its record count, encoded bytes and the time
+	// from submission to acknowledgement.
+	ObserveAppend(records, bytes int, d time.Duration)
+	// ObserveSyncFanIn is called once per shared DB.Sync under
+	// FsyncOnCommit with the number of appends it acknowledged.
+	ObserveSyncFanIn(n int)
+	// ObserveSync is called once per DB.Sync (any mode) with its duration.
+	ObserveSync(d time.Duration)
+	// ObserveDelete is called when whole segments are deleted (below the
+	// floor or by retention) with the records and value bytes removed.
+	ObserveDelete(records int, bytes int64)
+}
+
+// Options configures Open. Zero values take the documented defaults.
+type Options struct {
+	// Dir is the badger directory. Required.
+	Dir string
+	// Fsync is the durability mode; the zero value is FsyncOnCommit.
+	Fsync FsyncMode
+	// FsyncInterval is the background sync interval under FsyncPeriodic;
+	// zero means DefaultFsyncInterval.
+	FsyncInterval time.Duration
+	// SegmentRecords is the number of offsets per segment, the unit of
+	// deletion [TR-6]; zero means DefaultSegmentRecords. It is fixed per
+	// log at creation (a log remembers the value it was created with).
+	SegmentRecords uint64
+	// MaxRecordBytes bounds one record's payload plus headers; zero means
+	// DefaultMaxRecordBytes.
+	MaxRecordBytes int
+	// MaxBatchRecords bounds the records of one append; zero means
+	// DefaultMaxBatchRecords.
+	MaxBatchRecords int
+	// MaxBatchBytes bounds the encoded size of one append; zero means
+	// DefaultMaxBatchBytes. Values above DefaultMaxBatchBytes are lowered
+	// to it, so one append always fits one badger transaction.
+	MaxBatchBytes int
+	// AutoCommit makes every durable write committed at once: the
+	// committed mark follows the durable tail. Use it for a single broker
+	// (standalone) whose durable trim counts as committed (issue 4.6).
+	AutoCommit bool
+	// Logger receives the store's log lines; the zero value discards them.
+	Logger logr.Logger
+	// Metrics receives measurements; nil means none.
+	Metrics Metrics
+	// Now is the clock used for default timestamps and retention by age;
+	// nil means time.Now.
+	Now func() time.Time
+	// BadgerLogging passes badger's own log lines to Logger at V(1).
+	BadgerLogging bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.FsyncInterval <= 0 {
+		o.FsyncInterval = DefaultFsyncInterval
+	}
+	if o.SegmentRecords == 0 {
+		o.SegmentRecords = DefaultSegmentRecords
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxBatchRecords <= 0 {
+		o.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if o.MaxBatchBytes <= 0 || o.MaxBatchBytes > DefaultMaxBatchBytes {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Metrics == nil {
+		o.Metrics = nopMetrics{}
+	}
+	return o
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) ObserveAppend(int, int, time.Duration) {}
+func (nopMetrics) ObserveSyncFanIn(int)                  {}
+func (nopMetrics) ObserveSync(time.Duration)             {}
+func (nopMetrics) ObserveDelete(int, int64)              {}

@@ -1,0 +1,357 @@
+package logstore
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/go-logr/logr"
+
+	"felix.dev/felix/broker/record"
+)
+
+// Store holds every shard log of one broker in one badger database. It is
+// safe for concurrent use.
+type Store struct {
+	opts Options
+	db   *badger.DB
+	log  logr.Logger
+
+	mu      sync.Mutex // guards logs and nextNum
+	logs    map[record.LogID]*Log
+	nextNum uint32
+
+	// closeMu: submitters and maintenance hold it shared; Close holds it
+	// exclusively to stop new work before tearing down.
+	closeMu sync.RWMutex
+	closed  bool
+	done    chan struct{} // closed by Close; wakes Wait
+
+	// wmu serializes the writer's group commits with truncation and
+	// segment deletion, which change the same per-log state.
+	wmu sync.Mutex
+
+	reqs  chan *writeReq
+	syncQ chan syncGroup
+	wg    sync.WaitGroup
+
+	failMu sync.Mutex
+	failed error // a failed DB.Sync: every later write is refused
+
+	cl *commitLog // FsyncOnCommit only; see commitlog.go
+}
+
+// Open opens (or creates) the store in opts.Dir, loads every log's state
+// (tail from the last batch, the trim index, validated or rebuilt [TR-5])
+// and starts the writer (and, per fsync mode, the syncer).
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("logstore: Options.Dir is required")
+	}
+	switch opts.Fsync {
+	case FsyncOnCommit, FsyncPeriodic, FsyncNone:
+	default:
+		return nil, fmt.Errorf("logstore: %w: %d", ErrBadFsyncMode, opts.Fsync)
+	}
+	opts = opts.withDefaults()
+	bo := badger.DefaultOptions(opts.Dir).
+		WithSyncWrites(false). // we sync ourselves, shared (group commit)
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false).
+		WithCompression(options.None).
+		WithNumCompactors(2).
+		WithLogger(nil)
+	if opts.BadgerLogging {
+		bo = bo.WithLogger(badgerLogger{opts.Logger.WithName("badger")})
+	}
+	if err := removeEmptyLogFiles(opts.Dir, opts.Logger); err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("logstore: open badger in %s: %w", opts.Dir, err)
+	}
+	clDir := filepath.Join(opts.Dir, commitLogDir)
+	clSeq, frames, err := replayCommitLogs(db, clDir)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if frames > 0 {
+		opts.Logger.Info("replayed commit log", "frames", frames)
+	}
+	s := &Store{
+		opts:  opts,
+		db:    db,
+		log:   opts.Logger,
+		logs:  map[record.LogID]*Log{},
+		done:  make(chan struct{}),
+		reqs:  make(chan *writeReq, 1024),
+		syncQ: make(chan syncGroup, 1024),
+	}
+	if err := s.loadCatalog(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if opts.Fsync == FsyncOnCommit {
+		if s.cl, err = openCommitLog(clDir, clSeq); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+	}
+	s.wg.Add(1)
+	go s.writer()
+	switch opts.Fsync {
+	case FsyncOnCommit:
+		s.wg.Add(1)
+		go s.syncer()
+	case FsyncPeriodic:
+		s.wg.Add(1)
+		go s.periodicSync()
+	}
+	return s, nil
+}
+
+// Close stops accepting work, lets acknowledged-to-be work finish, syncs and
+// closes the database. Appends submitted after Close return record.ErrClosed.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	close(s.reqs)
+	s.closeMu.Unlock()
+	s.wg.Wait()
+	var errs []error
+	s.mu.Lock()
+	logs := make([]*Log, 0, len(s.logs))
+	for _, l := range s.logs {
+		logs = append(logs, l)
+	}
+	s.mu.Unlock()
+	for _, l := range logs {
+		if err := l.persistMeta(false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.db.Sync(); err != nil {
+		errs = append(errs, fmt.Errorf("logstore: sync on close: %w", err))
+	} else if s.cl != nil {
+		if err := s.cl.close(); err != nil {
+			errs = append(errs, fmt.Errorf("logstore: close commit log: %w", err))
+		}
+	}
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("logstore: close badger: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// enter marks the start of an operation that touches the database; it
+// fails with record.ErrClosed after Close. The caller must call leave.
+func (s *Store) enter() error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return record.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) leave() { s.closeMu.RUnlock() }
+
+// FsyncMode returns the store's durability mode.
+func (s *Store) FsyncMode() FsyncMode { return s.opts.Fsync }
+
+// Log returns the log id, creating it with base 0 on first use. An existing
+// log is returned whatever its base.
+func (s *Store) Log(id record.LogID) (*Log, error) {
+	if l, ok := s.Lookup(id); ok {
+		return l, nil
+	}
+	return s.CreateLog(id, LogOptions{})
+}
+
+// CreateLog returns the log id, creating it with o on first use. An existing
+// log created with a different base is refused with ErrBaseMismatch.
+func (s *Store) CreateLog(id record.LogID, o LogOptions) (*Log, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.logs[id]; ok {
+		if l.base != o.Base {
+			return nil, fmt.Errorf("logstore: log %s has base %d, asked %d: %w", id, l.base, o.Base, ErrBaseMismatch)
+		}
+		return l, nil
+	}
+	if o.Base >= FromEarliest {
+		return nil, fmt.Errorf("logstore: base %d is reserved: %w", o.Base, ErrBadRecord)
+	}
+	m := logMeta{num: s.nextNum, base: o.Base, segRecs: s.opts.SegmentRecords, start: o.Base, committed: o.Base}
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(catalogKey(id), encodeMeta(m)); err != nil {
+			return err
+		}
+		return txn.Set(trimMarkKey(m.num), encodeTrimMark(0))
+	})
+	if err == nil {
+		err = s.db.Sync()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("logstore: create log %s: %w", id, err)
+	}
+	s.nextNum++
+	l := newLog(s, id, m)
+	s.logs[id] = l
+	s.log.V(1).Info("created log", "log", id.String(), "base", o.Base, "segmentRecords", m.segRecs)
+	return l, nil
+}
+
+// Lookup returns an existing log without creating it; ok is false if the
+// log does not exist.
+func (s *Store) Lookup(id record.LogID) (l *Log, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok = s.logs[id]
+	return l, ok
+}
+
+// Logs lists the logs that exist, sorted by stream, shard and log kind.
+func (s *Store) Logs() []record.LogID {
+	s.mu.Lock()
+	ids := make([]record.LogID, 0, len(s.logs))
+	for id := range s.logs {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := ids[i], ids[j]
+		if a.Stream != b.Stream {
+			return a.Stream < b.Stream
+		}
+		if a.Shard != b.Shard {
+			return a.Shard < b.Shard
+		}
+		return a.Log < b.Log
+	})
+	return ids
+}
+
+// loadCatalog reads every log's meta and derives its state.
+func (s *Store) loadCatalog() error {
+	type entry struct {
+		id record.LogID
+		m  logMeta
+	}
+	var entries []entry
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixCatalog}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			id, err := parseCatalogKey(item.Key())
+			if err != nil {
+				return fmt.Errorf("logstore: catalog key %x: %w", item.Key(), err)
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			m, err := decodeMeta(v)
+			if err != nil {
+				// The catalog is not derived: without it the log's number
+				// and base are unknown. Refuse rather than guess.
+				return &record.CorruptError{Log: id, Reason: "log meta: " + err.Error()}
+			}
+			entries = append(entries, entry{id, m})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		l := newLog(s, e.id, e.m)
+		if err := l.load(); err != nil {
+			return err
+		}
+		s.logs[e.id] = l
+		if e.m.num >= s.nextNum {
+			s.nextNum = e.m.num + 1
+		}
+	}
+	return nil
+}
+
+func (s *Store) fail(err error) {
+	s.failMu.Lock()
+	if s.failed == nil {
+		s.failed = err
+		s.log.Error(err, "log store refuses further writes")
+	}
+	s.failMu.Unlock()
+}
+
+func (s *Store) failure() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
+}
+
+// sync runs one DB.Sync and reports it.
+func (s *Store) sync() error {
+	t := time.Now()
+	err := s.db.Sync()
+	s.opts.Metrics.ObserveSync(time.Since(t))
+	return err
+}
+
+// syncCommitted makes every committed write durable: one fdatasync of the
+// commit log under FsyncOnCommit, DB.Sync otherwise.
+func (s *Store) syncCommitted() error {
+	if s.cl == nil {
+		return s.sync()
+	}
+	t := time.Now()
+	err := s.cl.sync()
+	s.opts.Metrics.ObserveSync(time.Since(t))
+	return err
+}
+
+// checkpointLocked syncs badger and starts a new commit log, so no replay
+// can bring back what the caller is about to remove. Caller holds wmu.
+func (s *Store) checkpointLocked() error {
+	if s.cl == nil {
+		return nil
+	}
+	err := s.sync()
+	if err == nil {
+		err = s.cl.rotate()
+	}
+	if err != nil {
+		err = fmt.Errorf("logstore: checkpoint: %w", err)
+		s.fail(err)
+	}
+	return err
+}
+
+// badgerLogger routes badger's logging to logr at V(1).
+type badgerLogger struct{ l logr.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) { b.l.Error(nil, fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Info(fmt.Sprintf(f, a...))
+}
+func (b badgerLogger) Infof(f string, a ...any)  { b.l.V(1).Info(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Debugf(f string, a ...any) { b.l.V(2).Info(fmt.Sprintf(f, a...)) }

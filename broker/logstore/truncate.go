@@ -1,0 +1,181 @@
+package logstore
+
+import (
+	"fmt"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"felix.dev/felix/broker/record"
+)
+
+// TruncateFrom drops every record at offset off and above: a follower's
+// divergent, uncommitted suffix. Truncating below the committed mark is
+// refused with ErrTruncateCommitted. Trim records in the dropped suffix
+// leave no floor behind (they were never committed, so they never moved
+// it) and leave the trim index. off at or above the tail changes nothing.
+// The truncation is synced before TruncateFrom returns, so a crash cannot
+// bring the suffix back. Acknowledgements of appends in the dropped suffix
+// still in flight do not advance the durable tail.
+func (l *Log) TruncateFrom(off uint64) error {
+	if err := l.s.enter(); err != nil {
+		return err
+	}
+	defer l.s.leave()
+	l.s.wmu.Lock()
+	defer l.s.wmu.Unlock()
+	l.mu.Lock()
+	next, committed, start := l.next, l.committed, l.start
+	l.mu.Unlock()
+	if off >= next {
+		return nil
+	}
+	if off < committed || off < start {
+		return fmt.Errorf("logstore: truncate %s from %d, committed up to %d: %w", l.id, off, committed, ErrTruncateCommitted)
+	}
+	// No commit log replay may bring back what this removes.
+	if err := l.s.checkpointLocked(); err != nil {
+		return err
+	}
+	// Plan against the current data.
+	var dels [][]byte
+	var rewrite *kv
+	var lastEpoch uint64
+	err := l.s.db.View(func(txn *badger.Txn) error {
+		prefix := logPrefix(prefixData, l.num)
+		seek := dataKey(l.num, l.segment(off), off)
+		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		rit.Seek(seek)
+		if rit.Valid() {
+			_, first, err := parseDataKey(rit.Item().Key())
+			if err != nil {
+				rit.Close()
+				return &record.CorruptError{Log: l.id, Offset: off, Reason: err.Error()}
+			}
+			if first < off {
+				v, err := rit.Item().ValueCopy(nil)
+				if err != nil {
+					rit.Close()
+					return err
+				}
+				_, recs, err := decodeBatch(v)
+				if err != nil {
+					rit.Close()
+					return &record.CorruptError{Log: l.id, Offset: first, Reason: err.Error()}
+				}
+				keep := recs[:min(uint64(len(recs)), off-first)]
+				rewrite = &kv{rit.Item().KeyCopy(nil), encodeBatch(first, keep)}
+				lastEpoch = keep[len(keep)-1].Epoch
+			}
+		}
+		rit.Close()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(seek); it.Valid(); it.Next() {
+			dels = append(dels, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logstore: truncate %s: %w", l.id, err)
+	}
+	if rewrite == nil && off > start {
+		// The record before off ends an earlier batch.
+		if lastEpoch, err = l.epochBefore(off); err != nil {
+			return err
+		}
+	}
+	// State first, then the badger changes (see read).
+	l.mu.Lock()
+	l.next = off
+	l.durable = min(l.durable, off)
+	l.gen++
+	l.lastEpoch = lastEpoch
+	kept := l.trims[:0:0]
+	var dropped []trimEntry
+	for _, t := range l.trims {
+		if t.Offset < off {
+			kept = append(kept, t)
+		} else {
+			dropped = append(dropped, t)
+		}
+	}
+	l.trims = kept
+	l.wakeLocked()
+	l.mu.Unlock()
+
+	// Delete from the end backwards so a crash part way leaves a dense
+	// prefix; rewrite the cut batch last.
+	err = l.applyInOrder(func(add func(k, v []byte, del bool) error) error {
+		for _, t := range dropped {
+			if err := add(trimKey(l.num, t.Offset), nil, true); err != nil {
+				return err
+			}
+		}
+		if len(dropped) > 0 {
+			if err := add(trimMarkKey(l.num), encodeTrimMark(uint64(len(kept))), false); err != nil {
+				return err
+			}
+		}
+		for i := len(dels) - 1; i >= 0; i-- {
+			if err := add(dels[i], nil, true); err != nil {
+				return err
+			}
+		}
+		if rewrite != nil {
+			return add(rewrite.k, rewrite.v, false)
+		}
+		return nil
+	})
+	if err == nil {
+		err = l.s.sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("logstore: truncate %s from %d: %w", l.id, off, err)
+		l.s.fail(err)
+		return err
+	}
+	l.s.log.V(1).Info("truncated log", "log", l.id.String(), "from", off, "tail", next)
+	return nil
+}
+
+func (l *Log) epochBefore(off uint64) (uint64, error) {
+	var e uint64
+	err := l.s.db.View(func(txn *badger.Txn) error {
+		res, err := l.readRange(txn, off-1, off, true, ReadOptions{MaxRecords: 1})
+		if err != nil {
+			return err
+		}
+		if len(res.Records) != 1 {
+			return &record.CorruptError{Log: l.id, Offset: off - 1, Reason: "record missing"}
+		}
+		e = res.Records[0].Epoch
+		return nil
+	})
+	return e, err
+}
+
+// applyInOrder runs changes in badger transactions of bounded size,
+// committing each in order.
+func (l *Log) applyInOrder(changes func(add func(k, v []byte, del bool) error) error) error {
+	txn := l.s.db.NewTransaction(true)
+	n := 0
+	add := func(k, v []byte, del bool) error {
+		if n >= maxTxnEntries/2 {
+			if err := txn.Commit(); err != nil {
+				return err
+			}
+			txn = l.s.db.NewTransaction(true)
+			n = 0
+		}
+		n++
+		if del {
+			return txn.Delete(k)
+		}
+		return txn.Set(k, v)
+	}
+	if err := changes(add); err != nil {
+		txn.Discard()
+		return err
+	}
+	return txn.Commit()
+}

@@ -1,0 +1,434 @@
+package logstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"felix.dev/felix/broker/record"
+)
+
+type opKind uint8
+
+const (
+	opAppend opKind = iota
+	opTrim
+	opReplicated
+)
+
+// writeReq is one append, trim or replicated append on its way through the
+// writer (and, under FsyncOnCommit, the syncer).
+type writeReq struct {
+	op        opKind
+	log       *Log
+	n         int
+	enc       encodedBatch
+	expect    *uint64
+	first     uint64 // opReplicated: the offset the records carry
+	trims     []trimEntry
+	trim      TrimRequest
+	lastEpoch uint64
+	start     time.Time
+	done      chan struct{}
+
+	res   AppendResult
+	floor uint64
+	noop  bool
+	gen   uint64
+	bytes int
+	err   error
+}
+
+// Bounds of one badger transaction built by the writer, well under badger's
+// own limit (15% of the 64 MiB memtable), so ErrTxnTooBig is not expected.
+const (
+	maxTxnBytes   = 6 << 20
+	maxTxnEntries = 20000
+	maxGroup      = 4096
+)
+
+// submit hands r to the writer and waits for its answer.
+func (s *Store) submit(ctx context.Context, r *writeReq) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	r.done = make(chan struct{})
+	r.start = time.Now()
+	select {
+	case s.reqs <- r:
+		s.leave()
+	case <-ctx.Done():
+		s.leave()
+		return ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("logstore: %w (the write may still land)", ctx.Err())
+	}
+}
+
+func (s *Store) respond(r *writeReq) {
+	if r.err == nil {
+		s.opts.Metrics.ObserveAppend(r.n, r.bytes, time.Since(r.start))
+	}
+	close(r.done)
+}
+
+// writer gathers every request waiting at the moment into one group and
+// commits it (in as few badger transactions as fit).
+func (s *Store) writer() {
+	defer s.wg.Done()
+	defer close(s.syncQ)
+	group := make([]*writeReq, 0, 64)
+	for r := range s.reqs {
+		group = append(group[:0], r)
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break drain
+				}
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(group)
+	}
+}
+
+// pendLog is a log's state as the transaction being built will leave it.
+type pendLog struct {
+	next      uint64
+	trimCount int
+	trims     []trimEntry
+	lastEpoch uint64
+	epochSet  bool
+}
+
+type txnBuild struct {
+	s       *Store
+	txn     *badger.Txn
+	pend    map[*Log]*pendLog
+	reqs    []*writeReq
+	bytes   int
+	entries int
+	frame   []frameEntry // for the commit log (FsyncOnCommit)
+}
+
+func (s *Store) newTxnBuild() *txnBuild {
+	return &txnBuild{s: s, txn: s.db.NewTransaction(true), pend: map[*Log]*pendLog{}}
+}
+
+func (b *txnBuild) pendFor(l *Log) *pendLog {
+	p, ok := b.pend[l]
+	if !ok {
+		l.mu.Lock()
+		p = &pendLog{next: l.next, trimCount: len(l.trims)}
+		l.mu.Unlock()
+		b.pend[l] = p
+	}
+	return p
+}
+
+type kv struct{ k, v []byte }
+
+func (s *Store) commitGroup(group []*writeReq) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.failure(); err != nil {
+		for _, r := range group {
+			r.err = fmt.Errorf("logstore: store failed earlier: %w", err)
+			s.respond(r)
+		}
+		return
+	}
+	b := s.newTxnBuild()
+	for _, r := range group {
+		p := b.pendFor(r.log)
+		kvs, err := b.plan(r, p)
+		if err != nil {
+			r.err = err
+			s.respond(r)
+			continue
+		}
+		size := 0
+		for _, e := range kvs {
+			size += len(e.k) + len(e.v) + 16
+		}
+		if len(b.reqs) > 0 && (b.bytes+size > maxTxnBytes || b.entries+len(kvs) > maxTxnEntries) {
+			// Commit what is built; r is planned against state that the
+			// commit publishes unchanged, so its plan stays valid.
+			b.commit()
+			b = s.newTxnBuild()
+			p = b.pendFor(r.log)
+		}
+		if err := b.add(r, p, kvs); err != nil {
+			r.err = err
+			s.respond(r)
+			b.abort(err)
+			b = s.newTxnBuild()
+			continue
+		}
+		b.bytes += size
+		b.entries += len(kvs)
+	}
+	b.commit()
+	if s.cl != nil && s.cl.full() {
+		_ = s.checkpointLocked() // a failure marks the store failed
+	}
+}
+
+// plan checks r against the pending state and computes its keys and values
+// without touching the pending state.
+func (b *txnBuild) plan(r *writeReq, p *pendLog) ([]kv, error) {
+	l := r.log
+	switch r.op {
+	case opAppend:
+		if r.expect != nil && *r.expect != p.next {
+			return nil, &record.OffsetMismatchError{Expected: *r.expect, Tail: p.next}
+		}
+		return l.splitBatch(&r.enc, p.next), nil
+	case opReplicated:
+		if r.first != p.next {
+			return nil, &record.OffsetMismatchError{Expected: r.first, Tail: p.next}
+		}
+		kvs := l.splitBatch(&r.enc, p.next)
+		for _, t := range r.trims {
+			kvs = append(kvs, kv{trimKey(l.num, t.Offset), encodeTrimEntry(t)})
+		}
+		if len(r.trims) > 0 {
+			kvs = append(kvs, kv{trimMarkKey(l.num), encodeTrimMark(uint64(p.trimCount + len(r.trims)))})
+		}
+		return kvs, nil
+	case opTrim:
+		t := r.trim
+		if t.ExpectTail != p.next {
+			return nil, &record.OffsetMismatchError{Expected: t.ExpectTail, Tail: p.next}
+		}
+		l.mu.Lock()
+		floor := l.floor
+		l.mu.Unlock()
+		if t.Floor <= floor {
+			return nil, nil // a no-op, answered after the tail check [TR-3]
+		}
+		if t.Floor > p.next {
+			return nil, fmt.Errorf("logstore: trim floor %d above the trim's own offset %d in %s: %w", t.Floor, p.next, l.id, ErrFloorAboveTrim)
+		}
+		rec := record.Record{Offset: p.next, Epoch: t.Epoch, Timestamp: t.Timestamp, Kind: record.KindTrim, Floor: t.Floor, Headers: t.Headers}
+		r.trims = []trimEntry{trimEntryOf(&rec)}
+		v := encodeBatch(p.next, []record.Record{rec})
+		return []kv{
+			{dataKey(l.num, l.segment(p.next), p.next), v},
+			{trimKey(l.num, p.next), encodeTrimEntry(r.trims[0])},
+			{trimMarkKey(l.num), encodeTrimMark(uint64(p.trimCount + 1))},
+		}, nil
+	}
+	return nil, fmt.Errorf("logstore: unknown write op %d", r.op)
+}
+
+// splitBatch cuts an encoded append at segment boundaries into data keys.
+func (l *Log) splitBatch(e *encodedBatch, first uint64) []kv {
+	n := len(e.ends)
+	var kvs []kv
+	for i := 0; i < n; {
+		off := first + uint64(i)
+		seg := l.segment(off)
+		room := l.segmentStart(seg+1) - off
+		j := n
+		if uint64(n-i) > room {
+			j = i + int(room)
+		}
+		kvs = append(kvs, kv{dataKey(l.num, seg, off), e.value(i, j, off)})
+		i = j
+	}
+	return kvs
+}
+
+// add puts r's keys into the transaction and advances the pending state.
+func (b *txnBuild) add(r *writeReq, p *pendLog, kvs []kv) error {
+	for _, e := range kvs {
+		if err := b.txn.Set(e.k, e.v); err != nil {
+			return fmt.Errorf("logstore: write to %s: %w", r.log.id, err)
+		}
+		r.bytes += len(e.v)
+		if b.s.cl != nil {
+			b.frame = append(b.frame, frameEntry{op: opSet, k: e.k, v: e.v})
+		}
+	}
+	switch {
+	case r.op == opTrim && len(kvs) == 0:
+		r.noop = true
+		r.res = AppendResult{Tail: p.next}
+		r.log.mu.Lock()
+		r.floor = r.log.floor
+		r.log.mu.Unlock()
+	default:
+		r.res = AppendResult{First: p.next, Last: p.next + uint64(r.n) - 1, Tail: p.next + uint64(r.n)}
+		r.floor = r.trim.Floor
+		p.next += uint64(r.n)
+		p.trimCount += len(r.trims)
+		p.trims = append(p.trims, r.trims...)
+		p.lastEpoch, p.epochSet = r.lastEpoch, true
+	}
+	b.reqs = append(b.reqs, r)
+	return nil
+}
+
+// abort drops the transaction; every request in it fails with err.
+func (b *txnBuild) abort(err error) {
+	b.txn.Discard()
+	for _, r := range b.reqs {
+		if r.err == nil {
+			r.err = err
+		}
+		b.s.respond(r)
+	}
+	b.reqs = nil
+}
+
+// commit commits the transaction, publishes the new tails and hands the
+// requests to the syncer (FsyncOnCommit) or acknowledges them.
+func (b *txnBuild) commit() {
+	if len(b.reqs) == 0 {
+		b.txn.Discard()
+		return
+	}
+	if err := b.txn.Commit(); err != nil {
+		b.abort(fmt.Errorf("logstore: commit: %w", err))
+		return
+	}
+	for l, p := range b.pend {
+		l.mu.Lock()
+		l.next = p.next
+		if len(p.trims) > 0 {
+			l.trims = append(l.trims, p.trims...)
+		}
+		if p.epochSet {
+			l.lastEpoch = p.lastEpoch
+		}
+		l.mu.Unlock()
+	}
+	for _, r := range b.reqs {
+		r.gen = r.log.gen // gen only changes under wmu, which we hold
+	}
+	if b.s.opts.Fsync == FsyncOnCommit {
+		// The syncer writes the frame to the commit log, off this goroutine.
+		g := syncGroup{reqs: b.reqs, frame: b.frame}
+		if b.s.cl != nil {
+			g.clSeq = b.s.cl.current()
+		}
+		b.s.syncQ <- g
+		return
+	}
+	b.s.publish(b.reqs)
+}
+
+// syncGroup is one committed transaction on its way to the syncer: its
+// requests and, under FsyncOnCommit, its commit log frame entries and the
+// commit log file current when it committed.
+type syncGroup struct {
+	reqs  []*writeReq
+	frame []frameEntry
+	clSeq uint64
+}
+
+// syncer writes the commit log frames of every group committed since its
+// last sync and makes one fdatasync cover them all (group commit), then
+// acknowledges them.
+func (s *Store) syncer() {
+	defer s.wg.Done()
+	var all []*writeReq
+	var groups []syncGroup
+	var frames []byte
+	for g := range s.syncQ {
+		groups = append(groups[:0], g)
+	drain:
+		for {
+			select {
+			case more, ok := <-s.syncQ:
+				if !ok {
+					break drain
+				}
+				groups = append(groups, more)
+			default:
+				break drain
+			}
+		}
+		// A group committed before the newest commit log file was started
+		// is already durable: the checkpoint that started it synced badger.
+		// Writing it into the newer file could let a replay undo a later
+		// truncation or deletion, so only the newest file's groups are
+		// written.
+		all, frames = all[:0], frames[:0]
+		newest := uint64(0)
+		for _, g := range groups {
+			newest = max(newest, g.clSeq)
+		}
+		for _, g := range groups {
+			all = append(all, g.reqs...)
+			if g.clSeq == newest && len(g.frame) > 0 {
+				frames = appendFrame(frames, g.frame)
+			}
+		}
+		err := s.cl.writeFrames(frames, newest)
+		if err == nil {
+			err = s.syncCommitted()
+		}
+		if err != nil {
+			err = fmt.Errorf("logstore: sync: %w", err)
+			s.fail(err)
+			for _, r := range all {
+				r.err = err
+				s.respond(r)
+			}
+			continue
+		}
+		s.opts.Metrics.ObserveSyncFanIn(len(all))
+		s.publish(all)
+	}
+}
+
+// publish marks the requests durable, advances durable (and committed under
+// AutoCommit) and acknowledges them.
+func (s *Store) publish(reqs []*writeReq) {
+	for _, r := range reqs {
+		l := r.log
+		l.mu.Lock()
+		if r.gen == l.gen && r.res.Tail > l.durable {
+			l.durable = r.res.Tail
+			if s.opts.AutoCommit {
+				l.applyCommittedLocked(l.durable)
+			}
+			l.wakeLocked()
+		}
+		l.mu.Unlock()
+		s.respond(r)
+	}
+}
+
+// periodicSync syncs every FsyncInterval under FsyncPeriodic.
+func (s *Store) periodicSync() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.FsyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			if err := s.sync(); err != nil && !errors.Is(err, badger.ErrDBClosed) {
+				s.fail(fmt.Errorf("logstore: periodic sync: %w", err))
+			}
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"felix.dev/felix/broker/controlplane"
+	"felix.dev/felix/broker/datadir"
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/replica"
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/server"
+)
+
+// LogStoreDir is the log store's directory inside the data directory.
+const LogStoreDir = "logstore"
+
+// Config configures a cluster member.
+type Config struct {
+	// DataDir is the broker's data directory (required).
+	DataDir string
+	// Fsync and FsyncInterval are the durability mode of the log store.
+	Fsync         logstore.FsyncMode
+	FsyncInterval time.Duration
+	// Listen is the protocol listener (clients and peers); required.
+	Listen net.Listener
+	// HTTP is the listener for /live, /ready and /metrics; required.
+	HTTP net.Listener
+	// Advertise is the host:port peers and clients reach this broker on;
+	// empty means the Listen address.
+	Advertise string
+
+	// REST reaches the API server; Namespace, Cluster and Broker name this
+	// broker's FelixBroker.
+	REST                       *rest.Config
+	Namespace, Cluster, Broker string
+	// HeartbeatInterval and NodeExpiry are the cluster's timings.
+	HeartbeatInterval, NodeExpiry time.Duration
+	// PassInterval is the replication pass interval (replica default when 0).
+	PassInterval time.Duration
+
+	// Registry receives the broker's metrics; nil makes a new one.
+	Registry *prometheus.Registry
+	// ServerOptions are passed to the protocol server (Shards, StorageID,
+	// Replication and Metrics are set by the member).
+	ServerOptions server.Options
+	// ShutdownTimeout bounds the drain on stop.
+	ShutdownTimeout time.Duration
+	// Log receives progress.
+	Log logr.Logger
+	// Started, when set, is called once the broker serves, with its storage
+	// id and incarnation.
+	Started func(storageID datadir.StorageID, incarnation int64, decision datadir.Decision)
+}
+
+// Run runs the member until ctx ends, then stops cleanly: drain, close the
+// replicas and the store (which syncs), record a clean stop. It returns an
+// error only if startup failed or the stop was not clean.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.DataDir == "" || cfg.Listen == nil || cfg.HTTP == nil || cfg.REST == nil ||
+		cfg.Namespace == "" || cfg.Cluster == "" || cfg.Broker == "" {
+		return errors.New("member: DataDir, Listen, HTTP, REST, Namespace, Cluster and Broker are required")
+	}
+	log := cfg.Log
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	advertise := cfg.Advertise
+	if advertise == "" {
+		advertise = cfg.Listen.Addr().String()
+	}
+
+	// Health first: /live is up from the start so a probe never restarts a
+	// broker that holds for the control plane; /ready follows the server.
+	var srvReady atomic.Pointer[server.Server]
+	ready := func() bool {
+		s := srvReady.Load()
+		return s != nil && s.Ready()
+	}
+	httpSrv := &http.Server{Handler: server.HTTPHandler(ready, reg), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = httpSrv.Serve(cfg.HTTP) }()
+	defer func() { _ = httpSrv.Close() }()
+
+	dirMode, err := datadir.ParseFsyncMode(cfg.Fsync.String())
+	if err != nil {
+		return err
+	}
+	// Step 1 [ID-1] [ID-3]: local facts.
+	dir, err := datadir.Open(cfg.DataDir, datadir.Options{Fsync: dirMode, Logger: log.WithName("datadir")})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dir.Close() }()
+	identified, err := dir.Identify()
+	if err != nil {
+		return err
+	}
+
+	cp, err := controlplane.New(controlplane.Config{
+		REST: cfg.REST, Namespace: cfg.Namespace, Cluster: cfg.Cluster, Broker: cfg.Broker,
+		HeartbeatInterval: cfg.HeartbeatInterval, NodeExpiry: cfg.NodeExpiry, Log: log.WithName("controlplane"),
+	})
+	if err != nil {
+		return err
+	}
+	// Step 2 [ID-4]: the current incarnation, before any store opens.
+	log.Info("asking the control plane for this broker's incarnation", "broker", cfg.Broker)
+	seen, err := cp.CurrentIncarnation(ctx)
+	if err != nil {
+		return fmt.Errorf("member: current incarnation: %w", err)
+	}
+	// Step 3 [ID-3]: a control plane ahead of the registration file rotates.
+	cps := datadir.ControlPlane{State: datadir.ControlPlaneNoRecord}
+	if seen > 0 {
+		cps = datadir.ControlPlane{State: datadir.ControlPlaneKnown, Incarnation: datadir.Incarnation(seen)}
+	}
+	verified, err := identified.CheckIncarnation(cps)
+	if err != nil {
+		return err
+	}
+	id := verified.StorageID()
+	// Step 4 [ID-2] [ID-4]: register, then record the grant.
+	inc, err := cp.Register(ctx, id.String(), seen, advertise)
+	if err != nil {
+		return fmt.Errorf("member: register: %w", err)
+	}
+	prepared, err := verified.RecordRegistration(datadir.Incarnation(inc))
+	if err != nil {
+		return err
+	}
+	running, err := prepared.MarkRunning()
+	if err != nil {
+		return err
+	}
+	decision := running.Decision()
+	log.Info("registered", "storageID", id.String(), "incarnation", inc, "decision", decision.Reason.String(), "rotated", decision.Action == datadir.New)
+
+	// Step 5: stores, replication, serving.
+	metrics, err := server.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
+		FsyncInterval: cfg.FsyncInterval, Logger: log.WithName("logstore"), Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	reports := cp.NewReportWriter(controlplane.ReportOptions{})
+	reader, err := client.New(cfg.REST, client.Options{Scheme: controlplane.NewScheme()})
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
+	resolver := resolver{reader: reader, namespace: cfg.Namespace}
+	mgr, err := replica.NewManager(replica.Options{
+		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
+		Resolve: resolver.resolve, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
+		OnReport: func(r replication.Report) { reports.Set(shardName(r.Shard), toShardReport(r, time.Now())) },
+	})
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
+	so := cfg.ServerOptions
+	so.Logger = log.WithName("server")
+	so.Metrics = metrics
+	so.StorageID = id[:]
+	so.Replication = mgr.ReplicationHandler()
+	srv := server.New(mgr.Shards(), so)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	watcher, err := cp.NewShardWatcher()
+	if err != nil {
+		mgr.Close()
+		_ = store.Close()
+		return err
+	}
+	go func() { _ = watcher.Run(runCtx) }()
+	// A restarting broker learns the current epochs before it accepts any
+	// shipping: nothing is served until the watch has synced and every
+	// held shard has been told its epoch.
+	if !watcher.WaitForSync(runCtx) {
+		mgr.Close()
+		_ = store.Close()
+		return fmt.Errorf("member: shard watch did not sync: %w", ctx.Err())
+	}
+	sync := &assignmentSync{mgr: mgr, reports: reports, cp: cp, reader: reader, self: cfg.Broker, namespace: cfg.Namespace, log: log.WithName("assignments")}
+	if err := sync.apply(runCtx, watcher); err != nil {
+		log.Error(err, "first assignment pass failed; retrying on the next change")
+	}
+	go func() { _ = reports.Run(runCtx) }()
+	go func() { _ = cp.RunHeartbeat(runCtx, reports.Current) }()
+	go sync.run(runCtx, watcher)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(cfg.Listen) }()
+	srvReady.Store(srv)
+	log.Info("serving", "listen", cfg.Listen.Addr().String(), "advertise", advertise, "storageID", id.String(), "incarnation", inc)
+	if cfg.Started != nil {
+		cfg.Started(id, inc, decision)
+	}
+
+	var cause error
+	select {
+	case <-ctx.Done():
+	case cause = <-served:
+		log.Error(cause, "protocol listener failed")
+	}
+	log.Info("stopping: draining")
+	timeout := cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error(err, "drain did not finish; connections closed")
+	}
+	stopRun()
+	mgr.Close()
+	if err := store.Close(); err != nil {
+		return errors.Join(cause, fmt.Errorf("close log store: %w (no clean stop recorded)", err))
+	}
+	if cause == nil {
+		if err := running.MarkCleanStop(); err != nil {
+			return fmt.Errorf("record clean stop: %w", err)
+		}
+		log.Info("clean stop recorded")
+	}
+	return cause
+}

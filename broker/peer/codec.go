@@ -1,0 +1,372 @@
+package peer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/wire"
+)
+
+// codecVersion is the first byte of every replication frame body. A body
+// with another version is refused (ErrMalformed), never guessed at.
+const codecVersion = 1
+
+// ErrMalformed is matched by every decoding error of a replication frame
+// body: cut short, trailing bytes, impossible counts, unknown version or
+// message type.
+var ErrMalformed = errors.New("peer: malformed replication frame")
+
+// Limits on what one replication frame body may declare; a body over them
+// is malformed. They bound the allocation a hostile body can cause to a
+// small multiple of its length.
+const (
+	maxNameLen   = 1 << 10 // node names, stream names
+	maxHeaders   = 1 << 12
+	minRecordLen = 8 + 8 + 8 + 1 + 8 + 2 + 4 // offset epoch ts kind floor nheaders payloadlen
+	epochLen     = 16
+)
+
+// FrameType returns the frame type a message travels in: wire.MsgShip for
+// requests (Append, Probe, Fetch), wire.MsgShipAnswer for answers.
+func FrameType(t replication.MsgType) wire.MsgType {
+	switch t {
+	case replication.MsgAppend, replication.MsgProbe, replication.MsgFetch:
+		return wire.MsgShip
+	default:
+		return wire.MsgShipAnswer
+	}
+}
+
+// IsRequest reports whether t is sent by a (recovering) leader to a
+// follower; answers go the other way over the same connection.
+func IsRequest(t replication.MsgType) bool { return FrameType(t) == wire.MsgShip }
+
+// Encode returns the frame carrying m for shard. m.Conn is not encoded: it
+// names a connection of the receiving side, which sets it on arrival.
+func Encode(shard record.ShardID, m replication.Message) (wire.Frame, error) {
+	b, err := AppendFrame(nil, shard, m)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	return wire.Frame{Type: FrameType(m.Type), Body: b[wire.FrameHeaderSize:]}, nil
+}
+
+// AppendFrame appends the whole frame (header and body) carrying m for
+// shard to dst, as wire.AppendFrame(dst, Encode(shard, m)) would, without
+// the intermediate copy.
+func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byte, error) {
+	if len(shard.Stream) > maxNameLen || len(m.From) > maxNameLen || len(m.To) > maxNameLen {
+		return nil, fmt.Errorf("%w: name longer than %d bytes", ErrMalformed, maxNameLen)
+	}
+	if m.Type < replication.MsgAppend || m.Type > replication.MsgRefuse {
+		return nil, fmt.Errorf("%w: message type %d", ErrMalformed, m.Type)
+	}
+	start := len(dst)
+	if dst == nil {
+		dst = make([]byte, 0, 96+encodedRecordsLen(m.Records))
+	}
+	e := enc{b: wire.AppendFrame(dst, wire.Frame{Type: FrameType(m.Type)})}
+	e.u8(codecVersion)
+	e.str(shard.Stream)
+	e.u32(shard.Shard)
+	e.u8(uint8(m.Type))
+	e.str(string(m.From))
+	e.str(string(m.To))
+	e.u64(m.Epoch)
+	e.u64(m.Pass)
+	e.u8(uint8(m.Log))
+	switch m.Type {
+	case replication.MsgAppend:
+		e.u64(m.Index)
+		e.u64(m.PrevEpoch)
+		e.u64(m.Commit)
+		if err := e.records(m.Records); err != nil {
+			return nil, err
+		}
+	case replication.MsgAppendResp:
+		if m.Match {
+			e.u8(1)
+			e.u64(m.MatchEnd)
+		} else {
+			e.u8(0)
+			e.u64(m.Base)
+			e.u64(m.Tail)
+			e.epochs(m.Epochs)
+		}
+	case replication.MsgProbe, replication.MsgRefuse:
+	case replication.MsgProbeResp:
+		for _, p := range m.Logs {
+			e.u64(p.Base)
+			e.u64(p.Tail)
+			e.epochs(p.Epochs)
+		}
+	case replication.MsgFetch:
+		max := m.Max
+		if max < 0 {
+			max = 0
+		}
+		e.u32(uint32(min(max, math.MaxUint32)))
+		e.u64(m.Index)
+	case replication.MsgFetchResp:
+		e.u64(m.Index)
+		e.u64(m.PrevEpoch)
+		e.u64(m.Base)
+		e.u64(m.Tail)
+		if err := e.records(m.Records); err != nil {
+			return nil, err
+		}
+	}
+	binary.BigEndian.PutUint32(e.b[start:], uint32(len(e.b)-start-4))
+	return e.b, nil
+}
+
+// Decode decodes a replication frame. The frame type must be the one
+// FrameType gives for the message type inside. Record payloads and header
+// values alias f.Body. The returned message's Conn is zero; the receiver
+// sets it.
+func Decode(f wire.Frame) (record.ShardID, replication.Message, error) {
+	d := dec{b: f.Body}
+	if v := d.u8("version"); d.err == nil && v != codecVersion {
+		d.fail("version %d, want %d", v, codecVersion)
+	}
+	var shard record.ShardID
+	var m replication.Message
+	shard.Stream = d.str("stream")
+	shard.Shard = d.u32("shard")
+	m.Type = replication.MsgType(d.u8("type"))
+	if d.err == nil && (m.Type < replication.MsgAppend || m.Type > replication.MsgRefuse) {
+		d.fail("message type %d", m.Type)
+	}
+	if d.err == nil && FrameType(m.Type) != f.Type {
+		d.fail("%s in a %s frame", m.Type, f.Type)
+	}
+	m.From = replication.NodeID(d.str("from"))
+	m.To = replication.NodeID(d.str("to"))
+	m.Epoch = d.u64("epoch")
+	m.Pass = d.u64("pass")
+	m.Log = record.LogKind(d.u8("log"))
+	if d.err == nil && int(m.Log) >= len(record.LogKinds) {
+		d.fail("log %d", m.Log)
+	}
+	switch m.Type {
+	case replication.MsgAppend:
+		m.Index = d.u64("index")
+		m.PrevEpoch = d.u64("prev epoch")
+		m.Commit = d.u64("commit")
+		m.Records = d.records()
+	case replication.MsgAppendResp:
+		switch d.u8("match") {
+		case 1:
+			m.Match = true
+			m.MatchEnd = d.u64("match end")
+		case 0:
+			m.Base = d.u64("base")
+			m.Tail = d.u64("tail")
+			m.Epochs = d.epochs()
+		default:
+			d.fail("match flag")
+		}
+	case replication.MsgProbeResp:
+		for i := range m.Logs {
+			m.Logs[i].Base = d.u64("base")
+			m.Logs[i].Tail = d.u64("tail")
+			m.Logs[i].Epochs = d.epochs()
+		}
+	case replication.MsgFetch:
+		m.Max = int(d.u32("max"))
+		m.Index = d.u64("index")
+	case replication.MsgFetchResp:
+		m.Index = d.u64("index")
+		m.PrevEpoch = d.u64("prev epoch")
+		m.Base = d.u64("base")
+		m.Tail = d.u64("tail")
+		m.Records = d.records()
+	}
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("%d trailing bytes", len(d.b)-d.off)
+	}
+	if d.err != nil {
+		return record.ShardID{}, replication.Message{}, d.err
+	}
+	return shard, m, nil
+}
+
+func encodedRecordsLen(recs []record.Record) int {
+	n := 4
+	for i := range recs {
+		n += minRecordLen + len(recs[i].Payload)
+		for _, h := range recs[i].Headers {
+			n += 6 + len(h.Key) + len(h.Value)
+		}
+	}
+	return n
+}
+
+// enc appends big-endian fields.
+type enc struct{ b []byte }
+
+func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
+func (e *enc) u16(v uint16) { e.b = binary.BigEndian.AppendUint16(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) str(s string) {
+	e.u16(uint16(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *enc) epochs(es []replication.EpochStart) {
+	e.u32(uint32(len(es)))
+	for _, s := range es {
+		e.u64(s.Epoch)
+		e.u64(s.Offset)
+	}
+}
+
+func (e *enc) records(recs []record.Record) error {
+	e.u32(uint32(len(recs)))
+	for i := range recs {
+		r := &recs[i]
+		if len(r.Headers) > maxHeaders {
+			return fmt.Errorf("%w: %d headers", ErrMalformed, len(r.Headers))
+		}
+		e.u64(r.Offset)
+		e.u64(r.Epoch)
+		e.u64(uint64(r.Timestamp))
+		e.u8(uint8(r.Kind))
+		e.u64(r.Floor)
+		e.u16(uint16(len(r.Headers)))
+		for _, h := range r.Headers {
+			if len(h.Key) > math.MaxUint16 {
+				return fmt.Errorf("%w: header key of %d bytes", ErrMalformed, len(h.Key))
+			}
+			e.str(h.Key)
+			e.u32(uint32(len(h.Value)))
+			e.b = append(e.b, h.Value...)
+		}
+		e.u32(uint32(len(r.Payload)))
+		e.b = append(e.b, r.Payload...)
+	}
+	return nil
+}
+
+// dec reads big-endian fields with a sticky error.
+type dec struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *dec) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *dec) take(n int, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || len(d.b)-d.off < n {
+		d.fail("%s: need %d bytes, have %d", what, n, len(d.b)-d.off)
+		return nil
+	}
+	p := d.b[d.off : d.off+n : d.off+n]
+	d.off += n
+	return p
+}
+
+func (d *dec) u8(what string) uint8 {
+	if p := d.take(1, what); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *dec) u16(what string) uint16 {
+	if p := d.take(2, what); p != nil {
+		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *dec) u32(what string) uint32 {
+	if p := d.take(4, what); p != nil {
+		return binary.BigEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *dec) u64(what string) uint64 {
+	if p := d.take(8, what); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *dec) str(what string) string {
+	n := int(d.u16(what))
+	if d.err == nil && n > maxNameLen && what != "header key" {
+		d.fail("%s of %d bytes", what, n)
+		return ""
+	}
+	return string(d.take(n, what))
+}
+
+// count reads a u32 count of items of at least size bytes each and refuses
+// one the rest of the body cannot hold.
+func (d *dec) count(size int, what string) int {
+	n := int(d.u32(what))
+	if d.err == nil && n > (len(d.b)-d.off)/size {
+		d.fail("%d %s in %d bytes", n, what, len(d.b)-d.off)
+		return 0
+	}
+	return n
+}
+
+func (d *dec) epochs() []replication.EpochStart {
+	n := d.count(epochLen, "epoch starts")
+	if n == 0 {
+		return nil
+	}
+	out := make([]replication.EpochStart, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, replication.EpochStart{Epoch: d.u64("epoch"), Offset: d.u64("offset")})
+	}
+	return out
+}
+
+func (d *dec) records() []record.Record {
+	n := d.count(minRecordLen, "records")
+	if n == 0 {
+		return nil
+	}
+	out := make([]record.Record, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		r := record.Record{
+			Offset:    d.u64("offset"),
+			Epoch:     d.u64("epoch"),
+			Timestamp: int64(d.u64("timestamp")),
+			Kind:      record.Kind(d.u8("kind")),
+			Floor:     d.u64("floor"),
+		}
+		nh := int(d.u16("header count"))
+		if d.err == nil && nh > (len(d.b)-d.off)/6 {
+			d.fail("%d headers in %d bytes", nh, len(d.b)-d.off)
+		}
+		if nh > 0 && d.err == nil {
+			r.Headers = make([]record.Header, 0, nh)
+			for j := 0; j < nh && d.err == nil; j++ {
+				k := d.str("header key")
+				v := d.take(int(d.u32("header value length")), "header value")
+				r.Headers = append(r.Headers, record.Header{Key: k, Value: v})
+			}
+		}
+		r.Payload = d.take(int(d.u32("payload length")), "payload")
+		out = append(out, r)
+	}
+	return out
+}

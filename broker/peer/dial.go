@@ -1,0 +1,81 @@
+package peer
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/wire"
+)
+
+// errLookup marks a handshake whose storage id could not be learned.
+var errLookup = errors.New("peer: storage id lookup failed")
+
+// connect dials node and performs the handshake.
+func (p *Pool) connect(ctx context.Context, node replication.NodeID) (*liveConn, error) {
+	addr, err := p.o.Resolve(node)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", node, err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, p.o.HandshakeTimeout)
+	defer cancel()
+	nc, err := p.o.Dial(hctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(hctx, func() { _ = nc.SetDeadline(time.Now()) })
+	sid, err := handshake(nc, p.o.StorageID, p.o.MaxFrameSize)
+	if !stop() || err != nil {
+		_ = nc.Close()
+		if err == nil {
+			err = hctx.Err()
+		}
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return &liveConn{id: p.o.ConnIDs.Next(), sid: sid, nc: nc, out: make(chan []byte, p.o.QueueFrames),
+		close: make(chan struct{})}, nil
+}
+
+// handshake sends a Hello offering the storage-id feature and returns the
+// id the HelloOK presented ("" when the bit was not negotiated).
+func handshake(nc net.Conn, self []byte, maxFrame uint32) (replication.StorageID, error) {
+	feats := wire.FeatureStorageID
+	body, err := wire.EncodeHello(wire.Hello{Version: wire.ProtocolVersion, Features: feats, StorageID: self})
+	if err != nil {
+		return "", err
+	}
+	if err := wire.WriteFrame(nc, wire.Frame{Type: wire.MsgHello, Body: body}); err != nil {
+		return "", fmt.Errorf("send hello: %w", err)
+	}
+	f, err := wire.ReadFrame(bufio.NewReaderSize(nc, 512), maxFrame)
+	if err != nil {
+		return "", fmt.Errorf("read hello answer: %w", err)
+	}
+	if f.Type == wire.MsgError {
+		e, derr := wire.DecodeError(f.Body, 0)
+		if derr != nil {
+			return "", derr
+		}
+		return "", fmt.Errorf("handshake refused: %w", e)
+	}
+	if f.Type != wire.MsgHelloOK {
+		return "", fmt.Errorf("handshake answered with %s: %w", f.Type, wire.ErrMalformed)
+	}
+	ok, err := wire.DecodeHelloOK(f.Body)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errLookup, err)
+	}
+	if !ok.Features.Has(wire.FeatureStorageID) {
+		return "", nil // an older broker: it presents no id
+	}
+	if len(ok.StorageID) != wire.StorageIDSize {
+		return "", fmt.Errorf("%w: feature negotiated, no id presented", errLookup)
+	}
+	return replication.StorageID(hex.EncodeToString(ok.StorageID)), nil
+}

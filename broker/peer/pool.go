@@ -1,0 +1,346 @@
+package peer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/wire"
+)
+
+// Events receives what the pool learns. Calls come from the pool's
+// goroutines; for one peer they are ordered (Connected, then that
+// connection's Messages, then its Disconnected). Implementations may block
+// briefly (that stops reading the connection), never on the pool.
+type Events interface {
+	// Connected: connection conn to node completed its handshake and the
+	// follower presented storage id id ("" when it did not negotiate the
+	// feature: an older broker) [RP-2].
+	Connected(node replication.NodeID, conn replication.ConnID, id replication.StorageID)
+	// Disconnected: connection conn to node is gone.
+	Disconnected(node replication.NodeID, conn replication.ConnID)
+	// LookupFailed: the handshake with node negotiated the storage-id
+	// feature but the follower's id could not be learned (absent or
+	// malformed); the connection is dropped and retried.
+	LookupFailed(node replication.NodeID)
+	// Message: an answer arrived for shard over m.Conn.
+	Message(shard record.ShardID, m replication.Message)
+}
+
+// Options configures a Pool.
+type Options struct {
+	// Self names this broker (carried for logging only).
+	Self replication.NodeID
+	// StorageID is this broker's 16-byte storage id, presented in every
+	// Hello; nil presents none.
+	StorageID []byte
+	// Resolve maps a peer to its replication address (host:port).
+	Resolve func(replication.NodeID) (string, error)
+	// Dial opens a connection; nil uses a net.Dialer over TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Events receives connection events and answers. Required.
+	Events Events
+	// ConnIDs numbers connections; nil uses a pool-private one. Share one
+	// with the accepting side so every ConnID of a broker is distinct.
+	ConnIDs *ConnIDs
+	// Backoff spaces reconnection attempts.
+	Backoff Backoff
+	// After is the clock that waits out a backoff; nil means time.After.
+	After func(time.Duration) <-chan time.Time
+	// HandshakeTimeout bounds dial plus handshake (default 5s).
+	HandshakeTimeout time.Duration
+	// MaxFrameSize bounds frames read (default wire.DefaultMaxFrameSize).
+	MaxFrameSize uint32
+	// QueueFrames is how many frames may wait for one connection's writer
+	// (default 4096), and QueueBytes how many bytes (default 64 MiB). A
+	// connection whose queue is full is dropped (and re-dialled), so the
+	// frames of one connection are never reordered or silently skipped.
+	QueueFrames int
+	QueueBytes  int64
+	// Logger receives connection events; zero discards.
+	Logger logr.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Dial == nil {
+		o.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	if o.ConnIDs == nil {
+		o.ConnIDs = &ConnIDs{}
+	}
+	if o.After == nil {
+		o.After = time.After
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.MaxFrameSize == 0 {
+		o.MaxFrameSize = wire.DefaultMaxFrameSize
+	}
+	if o.QueueFrames <= 0 {
+		o.QueueFrames = 4096
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = 64 << 20
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	return o
+}
+
+// Pool keeps one outgoing connection to each peer it is asked to, and
+// re-dials lost ones with backoff. Safe for concurrent use.
+type Pool struct {
+	o Options
+
+	mu     sync.Mutex
+	links  map[replication.NodeID]*link
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// link is the pool's state for one peer.
+type link struct {
+	node   replication.NodeID
+	refs   int
+	cancel context.CancelFunc
+	cur    *liveConn // nil while not connected
+}
+
+// liveConn is one handshaken connection.
+type liveConn struct {
+	id     replication.ConnID
+	sid    replication.StorageID
+	nc     net.Conn
+	out    chan []byte
+	queued atomic.Int64 // bytes in out
+	once   sync.Once
+	close  chan struct{}
+}
+
+func (c *liveConn) kill() {
+	c.once.Do(func() {
+		close(c.close)
+		_ = c.nc.Close()
+	})
+}
+
+// NewPool returns a pool with no connections.
+func NewPool(o Options) *Pool {
+	return &Pool{o: o.withDefaults(), links: map[replication.NodeID]*link{}}
+}
+
+// Want asks for a connection to node; calls are counted, and Release
+// undoes one. The first Want starts dialling.
+func (p *Pool) Want(node replication.NodeID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	if l := p.links[node]; l != nil {
+		l.refs++
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &link{node: node, refs: 1, cancel: cancel}
+	p.links[node] = l
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.run(ctx, l)
+	}()
+}
+
+// Release undoes one Want; the last one closes the connection.
+func (p *Pool) Release(node replication.NodeID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.links[node]
+	if l == nil {
+		return
+	}
+	if l.refs--; l.refs > 0 {
+		return
+	}
+	delete(p.links, node)
+	l.cancel()
+	if l.cur != nil {
+		l.cur.kill()
+	}
+}
+
+// Current returns the connection to node that is up now, and the storage
+// id it presented.
+func (p *Pool) Current(node replication.NodeID) (replication.ConnID, replication.StorageID, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.links[node]; l != nil && l.cur != nil {
+		return l.cur.id, l.cur.sid, true
+	}
+	return 0, "", false
+}
+
+// Send queues a complete frame (as AppendFrame builds it) on connection
+// conn to node. It reports false, sending nothing, when conn is not the
+// peer's current connection. A full queue drops the connection (the peer
+// sees Disconnected and a new connection) rather than skip a frame.
+func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []byte) bool {
+	p.mu.Lock()
+	l := p.links[node]
+	var c *liveConn
+	if l != nil && l.cur != nil && l.cur.id == conn {
+		c = l.cur
+	}
+	p.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	if c.queued.Add(int64(len(frame))) > p.o.QueueBytes {
+		p.o.Logger.Info("replication queue over its byte limit; dropping connection", "peer", node, "conn", conn)
+		c.kill()
+		return false
+	}
+	select {
+	case c.out <- frame:
+		return true
+	case <-c.close:
+		return false
+	default:
+		p.o.Logger.Info("replication queue full; dropping connection", "peer", node, "conn", conn)
+		c.kill()
+		return false
+	}
+}
+
+// Close drops every connection and waits for the pool's goroutines.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for n, l := range p.links {
+		l.cancel()
+		if l.cur != nil {
+			l.cur.kill()
+		}
+		delete(p.links, n)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// run dials node until ctx ends, serving each connection until it fails.
+func (p *Pool) run(ctx context.Context, l *link) {
+	log := p.o.Logger.WithValues("peer", l.node)
+	failures := 0
+	for ctx.Err() == nil {
+		c, err := p.connect(ctx, l.node)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			log.V(1).Info("replication connection failed", "error", err.Error(), "failures", failures)
+			if errors.Is(err, errLookup) {
+				p.o.Events.LookupFailed(l.node)
+			}
+			select {
+			case <-p.o.After(p.o.Backoff.Delay(failures)):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		failures = 0
+		p.mu.Lock()
+		if ctx.Err() != nil {
+			p.mu.Unlock()
+			c.kill()
+			return
+		}
+		l.cur = c
+		p.mu.Unlock()
+		log.V(1).Info("replication connection up", "conn", c.id, "storageID", c.sid)
+		p.o.Events.Connected(l.node, c.id, c.sid)
+		p.serve(c, l.node, log)
+		p.mu.Lock()
+		if l.cur == c {
+			l.cur = nil
+		}
+		p.mu.Unlock()
+		p.o.Events.Disconnected(l.node, c.id)
+		// A connection that was up and broke is re-dialled after the
+		// shortest wait, so a restart is noticed fast but not in a spin.
+		failures = 1
+		select {
+		case <-p.o.After(p.o.Backoff.Delay(failures)):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// serve runs c's writer and reads answers until the connection fails.
+func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bw := bufio.NewWriterSize(c.nc, 256<<10)
+		for {
+			var b []byte
+			select {
+			case b = <-c.out:
+			case <-c.close:
+				return
+			}
+			_, err := bw.Write(b)
+			c.queued.Add(-int64(len(b)))
+			if err != nil {
+				c.kill()
+				return
+			}
+			if len(c.out) == 0 {
+				if err := bw.Flush(); err != nil {
+					c.kill()
+					return
+				}
+			}
+		}
+	}()
+	br := bufio.NewReaderSize(c.nc, 256<<10)
+	for {
+		f, err := wire.ReadFrame(br, p.o.MaxFrameSize)
+		if err != nil {
+			break
+		}
+		if f.Type == wire.MsgError {
+			e, _ := wire.DecodeError(f.Body, wire.FeatureStorageID)
+			log.Info("peer refused replication", "error", fmt.Sprint(e))
+			break
+		}
+		shard, m, err := Decode(f)
+		if err != nil {
+			log.Info("bad replication frame; dropping connection", "error", err.Error())
+			break
+		}
+		if IsRequest(m.Type) {
+			continue // requests travel the other way; ignore
+		}
+		m.Conn = c.id
+		p.o.Events.Message(shard, m)
+	}
+	c.kill()
+	<-done
+}

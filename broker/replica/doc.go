@@ -1,0 +1,72 @@
+// Package replica is the runtime around the pure replication core
+// (broker/replication) for a broker in cluster mode: one goroutine per
+// shard replica runs the core's drive loop, persists its writes through the
+// log store, carries its messages over broker/peer connections (outgoing,
+// as leader) and the server's replication hook (incoming, as follower),
+// applies its commits, completes client appends with its acks and hands
+// its reports to the control plane.
+//
+// # Drive loop
+//
+// Every event of a shard (a peer's message, a tick, a client proposal, a
+// connection event, an assignment or known epoch from the control plane)
+// goes through the shard's inbox to its goroutine, which feeds the core and
+// then, while the core has a Ready: sends its Messages (requests over the
+// pool's current connection to the follower, answers over the accepted
+// connection the request came on, Message.Conn), persists its Writes in
+// order (appends through Log.AppendReplicated, the leader's own too since
+// the core assigns offsets; truncations through Log.TruncateFrom), applies
+// its Commits with Log.SetCommitted (so the floor moves only on committed
+// trims), completes the waiting client calls with its Acks, passes its
+// Report to Options.OnReport, and calls Advance. Events that arrive while a
+// Ready is being persisted wait in the inbox and are fed together next
+// time, which is what batches a busy shard's writes.
+//
+// A pass starts every Options.PassInterval (one core Tick); a client append
+// ships at once.
+//
+// # Starting state
+//
+// A shard's replication.State comes from its four logs: base (the first
+// stored offset), tail, and the epoch starts, found by scanning every
+// stored record with ReadRaw at EnsureShard. The scan reads the whole log
+// once, so EnsureShard costs about one full read of the shard's logs; an
+// epoch index of fence records in the log store would remove it.
+//
+// Catch-up: a follower with a new storage id (wiped, or new) is reset to
+// the shard's base [RP-3] and copied from the leader's first stored offset.
+// The replicated mode never deletes segments (nothing calls
+// Log.DeleteBelowFloor), so that offset is the shard's base; catching up a
+// follower from the floor's segment after deletion needs the core and the
+// store to rebase an empty log, which they cannot yet.
+//
+// # Serving clients
+//
+// Manager.Shards implements server.Shards for the replicated mode. Only the
+// leader serves a shard's data log; a follower refuses with NotLeader and
+// the leader's client address as a hint, a recovering leader with
+// Unavailable. Appends become proposals with the stream's ack mode and the
+// optional expected tail [TR-1]; trims become KindTrim record proposals
+// under the tail check, and a trim at or below the current floor proposes
+// no record but still checks the tail against the leader's tail [TR-3].
+// Reads of Quorum and All streams serve only committed records.
+//
+// # Wiring (felix broker, cluster mode)
+//
+//	mgr, _ := replica.NewManager(replica.Options{
+//		Store: store, Self: nodeName, SelfStorageID: id, Incarnation: inc,
+//		Resolve: peerAddr, // NodeID -> host:port of its broker server
+//		OnReport: reports.Publish, // non-blocking hand-off to controlplane
+//	})
+//	srv := server.New(mgr.Shards(), server.Options{
+//		StorageID: id[:], Replication: mgr.ReplicationHandler(), ...})
+//	// For every FelixShard this broker is a replica of:
+//	mgr.EnsureShard(shard, replicas, ackMode, base)
+//	mgr.SetKnownEpoch(shard, epoch)     // from the control plane, before shipping
+//	mgr.SetAssignment(shard, assignment) // whenever status.assignment changes
+//	...
+//	srv.Shutdown(ctx); mgr.Close(); store.Close()
+//
+// The server's StorageID must be the Manager's SelfStorageID: followers
+// present it in the HelloOK a leader reads [RP-2].
+package replica

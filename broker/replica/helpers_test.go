@@ -1,0 +1,263 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/datadir"
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/server"
+)
+
+// testShard is the shard every cluster test uses.
+var testShard = record.ShardID{Stream: "orders", Shard: 0}
+
+// directory is the test's address book: node -> host:port, changed when a
+// node restarts on a new port.
+type directory struct {
+	mu    sync.Mutex
+	addrs map[replication.NodeID]string
+}
+
+func (d *directory) set(n replication.NodeID, a string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.addrs[n] = a
+}
+
+func (d *directory) resolve(n replication.NodeID) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a, ok := d.addrs[n]
+	if !ok {
+		return "", fmt.Errorf("unknown node %s", n)
+	}
+	return a, nil
+}
+
+// node is one broker of a test cluster: a real badger store in its own
+// directory, a Manager and a server on a real loopback listener.
+type node struct {
+	name        replication.NodeID
+	dir         string
+	id          datadir.StorageID
+	incarnation uint64
+	store       *logstore.Store
+	mgr         *Manager
+	srv         *server.Server
+	addr        string
+
+	repMu   sync.Mutex
+	reports []replication.Report
+}
+
+type cluster struct {
+	t       testing.TB
+	dir     *directory
+	nodes   map[replication.NodeID]*node
+	fsync   logstore.FsyncMode
+	pass    time.Duration
+	nextGen byte
+}
+
+func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.NodeID) *cluster {
+	return newClusterIn(t, fsync, t.TempDir, 20*time.Millisecond, names...)
+}
+
+// newClusterIn is newCluster with the nodes' directories made by mkdir and
+// the given pass interval (FELIX_PASS overrides it).
+func newClusterIn(t testing.TB, fsync logstore.FsyncMode, mkdir func() string, pass time.Duration, names ...replication.NodeID) *cluster {
+	c := &cluster{t: t, dir: &directory{addrs: map[replication.NodeID]string{}}, nodes: map[replication.NodeID]*node{},
+		fsync: fsync, pass: pass}
+	if benchPass > 0 {
+		c.pass = benchPass
+	}
+	for _, n := range names {
+		c.start(n, mkdir(), 1)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			n.stop()
+		}
+	})
+	return c
+}
+
+// storageID returns a fresh, distinct id (deterministic per cluster).
+func (c *cluster) storageID() datadir.StorageID {
+	c.nextGen++
+	var id datadir.StorageID
+	for i := range id {
+		id[i] = c.nextGen ^ byte(i*7+1)
+	}
+	return id
+}
+
+// start runs node name on dir with a new storage id.
+func (c *cluster) start(name replication.NodeID, dir string, incarnation uint64) *node {
+	return c.startWithID(name, dir, incarnation, c.storageID())
+}
+
+// startWithID runs node name on dir presenting id.
+func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation uint64, id datadir.StorageID) *node {
+	t := c.t
+	n := &node{name: name, dir: dir, id: id, incarnation: incarnation}
+	var err error
+	n.store, err = logstore.Open(logstore.Options{Dir: dir, Fsync: c.fsync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mgr, err = NewManager(Options{
+		Store: n.store, Self: name, SelfStorageID: n.id, Incarnation: incarnation,
+		Resolve: c.dir.resolve, PassInterval: c.pass, MaxInflight: benchInflight, MaxBatch: benchBatch,
+		OnReport: func(r replication.Report) {
+			n.repMu.Lock()
+			n.reports = append(n.reports, r)
+			if len(n.reports) > 64 {
+				n.reports = n.reports[len(n.reports)-64:]
+			}
+			n.repMu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler()})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.addr = l.Addr().String()
+	go func() { _ = n.srv.Serve(l) }()
+	c.dir.set(name, n.addr)
+	c.nodes[name] = n
+	return n
+}
+
+// stop closes the node's server, manager and store (a broker that stops).
+func (n *node) stop() {
+	if n.srv == nil {
+		return
+	}
+	n.srv.Close()
+	n.mgr.Close()
+	_ = n.store.Close()
+	n.srv = nil
+}
+
+func (n *node) lastReport() (replication.Report, bool) {
+	n.repMu.Lock()
+	defer n.repMu.Unlock()
+	if len(n.reports) == 0 {
+		return replication.Report{}, false
+	}
+	return n.reports[len(n.reports)-1], true
+}
+
+// ensure starts the test shard's replica on every named node.
+func (c *cluster) ensure(mode replication.AckMode, names ...replication.NodeID) {
+	for _, nm := range names {
+		if err := c.nodes[nm].mgr.EnsureShard(testShard, c.replicas(), mode, 0); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func (c *cluster) replicas() []replication.NodeID {
+	return []replication.NodeID{"a", "b", "c"}
+}
+
+// assign feeds a to every running node.
+func (c *cluster) assign(a replication.Assignment) {
+	for _, n := range c.nodes {
+		if n.srv == nil {
+			continue
+		}
+		if err := n.mgr.SetAssignment(testShard, a); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+// firstAssignment leads epoch 1 with leader, counting every node's id.
+func (c *cluster) firstAssignment(leader replication.NodeID) replication.Assignment {
+	a := replication.Assignment{Leader: leader, Epoch: 1, LeaderIncarnation: c.nodes[leader].incarnation,
+		Counted: map[replication.NodeID]replication.StorageID{}}
+	for nm, n := range c.nodes {
+		a.Counted[nm] = replication.StorageID(n.id.String())
+	}
+	return a
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitLeading waits until n leads with its fence committed.
+func (c *cluster) waitLeading(n *node) {
+	c.t.Helper()
+	eventually(c.t, string(n.name)+" leading", 10*time.Second, func() bool {
+		st, err := n.mgr.Status(testShard)
+		return err == nil && st.Role == replication.RoleLeader && st.FenceCommitted
+	})
+}
+
+func dial(t testing.TB, n *node) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, n.addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// readAllRaw returns every stored record of one log of the test shard.
+func readAllRaw(t testing.TB, n *node, l record.LogKind) []record.Record {
+	t.Helper()
+	lg, ok := n.store.Lookup(record.LogID{ShardID: testShard, Log: l})
+	if !ok {
+		t.Fatalf("%s has no %s log", n.name, l)
+	}
+	info := lg.Describe()
+	var out []record.Record
+	for from := info.Start; from < info.Tail; {
+		res, err := lg.ReadRaw(from, logstore.ReadOptions{UpTo: info.Tail})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, res.Records...)
+		if res.Next <= from {
+			break
+		}
+		from = res.Next
+	}
+	return out
+}
+
+// Knobs for exploring the benchmarks (zero: the Options defaults):
+// FELIX_INFLIGHT (Options.MaxInflight), FELIX_BATCH (Options.MaxBatch),
+// FELIX_PASS (pass interval, e.g. 50ms).
+var benchInflight = func() int { n := 0; fmt.Sscan(os.Getenv("FELIX_INFLIGHT"), &n); return n }()
+
+var benchBatch = func() int { n := 0; fmt.Sscan(os.Getenv("FELIX_BATCH"), &n); return n }()
+
+var benchPass = func() time.Duration { d, _ := time.ParseDuration(os.Getenv("FELIX_PASS")); return d }()

@@ -1,0 +1,75 @@
+package replica
+
+import (
+	"sync"
+
+	"felix.dev/felix/broker/peer"
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/server"
+	"felix.dev/felix/broker/wire"
+)
+
+// inbound numbers the connections peers opened to this broker's server,
+// so a follower's answers go back over the connection their request came
+// on (Message.Conn).
+type inbound struct {
+	mu    sync.Mutex
+	byPC  map[server.PeerConn]replication.ConnID
+	byID  map[replication.ConnID]server.PeerConn
+	spawn func(func()) // runs the cleanup watcher (a goroutine)
+}
+
+func (in *inbound) init() {
+	in.byPC = map[server.PeerConn]replication.ConnID{}
+	in.byID = map[replication.ConnID]server.PeerConn{}
+	in.spawn = func(f func()) { go f() }
+}
+
+// connID returns pc's ConnID, numbering it on first sight from ids.
+func (in *inbound) connID(pc server.PeerConn, ids *peer.ConnIDs) replication.ConnID {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if id, ok := in.byPC[pc]; ok {
+		return id
+	}
+	id := ids.Next()
+	in.byPC[pc] = id
+	in.byID[id] = pc
+	in.spawn(func() {
+		<-pc.Done()
+		in.mu.Lock()
+		delete(in.byPC, pc)
+		delete(in.byID, id)
+		in.mu.Unlock()
+	})
+	return id
+}
+
+func (in *inbound) lookup(id replication.ConnID) server.PeerConn {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.byID[id]
+}
+
+// handler is the server hook: it decodes replication requests from
+// leaders and steps them into the shard's replica.
+type handler struct{ m *Manager }
+
+func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
+	m := h.m
+	shard, msg, err := peer.Decode(f)
+	if err != nil {
+		m.o.Logger.V(1).Info("dropping bad replication frame", "error", err.Error())
+		return
+	}
+	if !peer.IsRequest(msg.Type) {
+		return // answers travel over the connections this broker opened
+	}
+	msg.Conn = m.in.connID(pc, m.ids)
+	s, err := m.shard(shard)
+	if err != nil {
+		// Not (yet) a replica here: say nothing; the leader retries.
+		return
+	}
+	s.post(event{kind: evStep, msg: msg})
+}

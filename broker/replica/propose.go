@@ -1,0 +1,76 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+)
+
+// propose submits p (its ID is assigned here) and waits for its Ack.
+func (s *shard) propose(ctx context.Context, p replication.Proposal) (replication.Ack, error) {
+	ch := make(chan replication.Ack, 1)
+	s.wmu.Lock()
+	s.nextID++
+	p.ID = s.nextID
+	s.waiters[p.ID] = ch
+	s.wmu.Unlock()
+	forget := func() {
+		s.wmu.Lock()
+		delete(s.waiters, p.ID)
+		s.wmu.Unlock()
+	}
+	select {
+	case s.inbox <- event{kind: evPropose, prop: p}:
+	case <-s.done:
+		forget()
+		return replication.Ack{}, s.stoppedErr()
+	case <-ctx.Done():
+		forget()
+		return replication.Ack{}, ctx.Err()
+	}
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-s.done:
+		select {
+		case a := <-ch:
+			return a, nil
+		default:
+		}
+		forget()
+		return replication.Ack{}, s.stoppedErr()
+	case <-ctx.Done():
+		forget()
+		return replication.Ack{}, ctx.Err()
+	}
+}
+
+func (s *shard) complete(a replication.Ack) {
+	s.wmu.Lock()
+	ch := s.waiters[a.ID]
+	delete(s.waiters, a.ID)
+	s.wmu.Unlock()
+	if ch != nil {
+		ch <- a
+	}
+}
+
+// failWaiters ends every waiting proposal when the goroutine stops; their
+// outcome is unknown.
+func (s *shard) failWaiters() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for id := range s.waiters {
+		delete(s.waiters, id)
+	}
+}
+
+// stoppedErr says why the shard no longer runs.
+func (s *shard) stoppedErr() error {
+	if e := s.failed.Load(); e != nil {
+		return fmt.Errorf("replica: %s failed: %w", s.id, *e)
+	}
+	return fmt.Errorf("replica: %s: %w", s.id, record.ErrClosed)
+}

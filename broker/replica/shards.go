@@ -1,0 +1,181 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/server"
+	"felix.dev/felix/broker/wire"
+)
+
+// shardsView is the server.Shards of the replicated mode.
+type shardsView struct{ m *Manager }
+
+// DataLog returns the shard's data log if this broker leads it; otherwise
+// it refuses: ShardUnknown (no replica here), NotLeader with the leader's
+// client address (a follower that knows its leader), Unavailable (no
+// leader known, a leader still recovering, or a replica that failed).
+func (v shardsView) DataLog(id record.ShardID) (server.Log, error) {
+	s, err := v.m.shard(id)
+	if err != nil {
+		return nil, err
+	}
+	if e := s.failed.Load(); e != nil {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("replica of %s failed: %v", id, *e)}
+	}
+	st := s.status.Load()
+	switch st.Role {
+	case replication.RoleLeader:
+		return &dataLog{s: s, log: s.logs[record.LogData]}, nil
+	case replication.RoleRecovering:
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: leader recovering at epoch %d", id, st.Epoch)}
+	}
+	return nil, s.notLeader(st.Leader, st.Epoch)
+}
+
+// notLeader refuses a client: NotLeader with a hint when a leader is
+// known, Unavailable otherwise.
+func (s *shard) notLeader(leader replication.NodeID, epoch uint64) error {
+	if leader == "" || leader == s.m.o.Self {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: no leader known at epoch %d", s.id, epoch)}
+	}
+	hint := ""
+	if s.m.o.ClientAddr != nil {
+		if a, err := s.m.o.ClientAddr(leader); err == nil {
+			hint = a
+		}
+	}
+	return &wire.Error{Code: wire.CodeNotLeader, Message: fmt.Sprintf("%s: leader is %s", s.id, leader), Leader: hint, Epoch: epoch}
+}
+
+// ackErr maps a refused proposal to the error a client sees.
+func (s *shard) ackErr(err error) error {
+	var nl *replication.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return s.notLeader(nl.Leader, nl.Epoch)
+	case errors.Is(err, replication.ErrRecovering):
+		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
+	case errors.Is(err, replication.ErrFenced):
+		return &wire.Error{Code: wire.CodeFenced, Message: err.Error() + " (not acknowledged; it may or may not survive)",
+			Epoch: s.status.Load().Epoch}
+	}
+	return err
+}
+
+// dataLog is a leader's data log as the server serves it.
+type dataLog struct {
+	s   *shard
+	log *logstore.Log
+}
+
+func (d *dataLog) mode() replication.AckMode { return replication.AckMode(d.s.mode.Load()) }
+
+// Append proposes recs under the stream's ack mode and, when expectTail is
+// set, the tail check [TR-1]; it returns once acknowledged under the mode.
+func (d *dataLog) Append(ctx context.Context, recs []record.Record, expectTail *uint64) (logstore.AppendResult, error) {
+	now := d.s.m.o.Now().UnixNano()
+	batch := make([]record.Record, len(recs))
+	for i, r := range recs {
+		if r.Kind == 0 {
+			r.Kind = record.KindData
+		}
+		if r.Kind != record.KindData {
+			return logstore.AppendResult{}, fmt.Errorf("replica: append of a %s record: %w", r.Kind, logstore.ErrBadRecord)
+		}
+		if r.Timestamp == 0 {
+			r.Timestamp = now
+		}
+		r.Floor = 0
+		batch[i] = r
+	}
+	p := replication.Proposal{Log: record.LogData, Records: batch, Mode: d.mode()}
+	if expectTail != nil {
+		p.ExpectTail, p.ExpectedTail = true, *expectTail
+	}
+	a, err := d.s.propose(ctx, p)
+	if err == nil {
+		err = a.Err
+	}
+	if err != nil {
+		return logstore.AppendResult{}, d.s.ackErr(err)
+	}
+	return logstore.AppendResult{First: a.First, Last: a.End - 1, Tail: a.End}, nil
+}
+
+// Trim proposes a KindTrim record under the tail check [TR-2]. A floor at
+// or below the current floor proposes no record but still checks the tail
+// against the leader's tail (the core's), answering NoOp [TR-3]. A floor
+// above the offset the trim would land at is refused with
+// logstore.ErrFloorAboveTrim once the tail check passed, as the store does.
+func (d *dataLog) Trim(ctx context.Context, req logstore.TrimRequest) (logstore.TrimResult, error) {
+	floor := d.log.Describe().Floor
+	checkOnly := req.Floor <= floor || req.Floor > req.ExpectTail
+	p := replication.Proposal{Log: record.LogData, Mode: d.mode(), ExpectTail: true, ExpectedTail: req.ExpectTail}
+	if !checkOnly {
+		ts := req.Timestamp
+		if ts == 0 {
+			ts = d.s.m.o.Now().UnixNano()
+		}
+		p.Records = []record.Record{{Kind: record.KindTrim, Floor: req.Floor, Headers: req.Headers, Timestamp: ts}}
+	}
+	a, err := d.s.propose(ctx, p)
+	if err == nil {
+		err = a.Err
+	}
+	if err != nil {
+		return logstore.TrimResult{}, d.s.ackErr(err)
+	}
+	switch {
+	case req.Floor <= floor:
+		return logstore.TrimResult{Tail: a.End, Floor: floor, NoOp: true}, nil
+	case checkOnly:
+		return logstore.TrimResult{}, fmt.Errorf("replica: trim floor %d above the trim's own offset %d: %w",
+			req.Floor, req.ExpectTail, logstore.ErrFloorAboveTrim)
+	}
+	return logstore.TrimResult{Tail: a.End, Floor: req.Floor, Offset: a.First}, nil
+}
+
+// Read serves data records; for Quorum and All streams only committed
+// ones.
+func (d *dataLog) Read(from uint64, opts logstore.ReadOptions) (logstore.ReadResult, error) {
+	if d.mode() != replication.AckLeader {
+		c := d.log.Describe().Committed
+		if opts.UpTo == 0 || opts.UpTo > c {
+			opts.UpTo = c
+		}
+		if opts.UpTo == 0 {
+			// Nothing committed on a log based at 0 (UpTo 0 would mean
+			// the durable tail): an empty answer that stays put.
+			if from == logstore.FromEarliest || from == logstore.FromLatest {
+				from = 0
+			}
+			return logstore.ReadResult{Next: from}, nil
+		}
+	}
+	return d.log.Read(from, opts)
+}
+
+// Describe returns the log's positions. For a Leader-mode stream the
+// committed position offered to readers is the leader's durable tail:
+// every durable record there was acknowledged.
+func (d *dataLog) Describe() logstore.Info {
+	info := d.log.Describe()
+	if d.mode() == replication.AckLeader && info.Durable > info.Committed {
+		info.Committed = info.Durable
+	}
+	return info
+}
+
+// WaitCommitted waits for a record at or above from to become readable
+// under the stream's mode.
+func (d *dataLog) WaitCommitted(ctx context.Context, from uint64) error {
+	if d.mode() == replication.AckLeader {
+		return d.log.Wait(ctx, from)
+	}
+	return d.log.WaitCommitted(ctx, from)
+}

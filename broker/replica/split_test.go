@@ -1,0 +1,90 @@
+package replica
+
+import (
+	"testing"
+
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+)
+
+func TestSplitKeepsConsecutiveRecordsUnderTheLimit(t *testing.T) {
+	recs := make([]record.Record, 10)
+	for i := range recs {
+		recs[i] = record.Record{Offset: 20 + uint64(i), Epoch: 2 + uint64(i/5), Payload: make([]byte, 100)}
+	}
+	one := recsBytes(recs[:1])
+	for _, tc := range []struct {
+		name  string
+		m     replication.Message
+		limit int
+		parts int
+	}{
+		{"fits", replication.Message{Type: replication.MsgAppend, Index: 20, PrevEpoch: 1, Records: recs}, 100 * one, 1},
+		{"append in threes", replication.Message{Type: replication.MsgAppend, Index: 20, PrevEpoch: 1, Commit: 7, Records: recs}, 3 * one, 4},
+		{"fetch answer one by one", replication.Message{Type: replication.MsgFetchResp, Index: 20, PrevEpoch: 1, Tail: 30, Records: recs}, 1, 10},
+		{"no records", replication.Message{Type: replication.MsgAppend, Index: 20}, 1, 1},
+		{"other types untouched", replication.Message{Type: replication.MsgProbeResp}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parts := split(tc.m, tc.limit)
+			if len(parts) != tc.parts {
+				t.Fatalf("%d parts, want %d", len(parts), tc.parts)
+			}
+			next, prev := tc.m.Index, tc.m.PrevEpoch
+			for i, p := range parts {
+				if p.Type != tc.m.Type || p.Commit != tc.m.Commit || p.Tail != tc.m.Tail {
+					t.Fatalf("part %d changed a field: %+v", i, p)
+				}
+				if p.Index != next || p.PrevEpoch != prev {
+					t.Fatalf("part %d: index %d prev e%d, want %d e%d", i, p.Index, p.PrevEpoch, next, prev)
+				}
+				if len(parts) > 1 && recsBytes(p.Records) > tc.limit && len(p.Records) > 1 {
+					t.Fatalf("part %d over the limit", i)
+				}
+				for _, r := range p.Records {
+					if r.Offset != next {
+						t.Fatalf("part %d: record %d, want %d", i, r.Offset, next)
+					}
+					next, prev = r.Offset+1, r.Epoch
+				}
+			}
+		})
+	}
+}
+
+// A write larger than one store append is persisted in several, in order.
+func TestPersistChunksLargeWrites(t *testing.T) {
+	st, err := logstore.Open(logstore.Options{Dir: t.TempDir(), Fsync: logstore.FsyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	m, err := NewManager(Options{Store: st, Self: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := newShard(m, testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]record.Record, 3*chunkMaxRecords+5)
+	for i := range big {
+		big[i] = record.Record{Offset: uint64(i), Epoch: 1, Kind: record.KindData, Payload: make([]byte, 2000)}
+	}
+	ws := []replication.LogWrite{
+		{Op: replication.WriteAppend, Log: record.LogData, Offset: 0, Records: big[:10]},
+		{Op: replication.WriteAppend, Log: record.LogData, Offset: 10, Records: big[10:]},
+		{Op: replication.WriteTruncate, Log: record.LogData, Offset: 7},
+	}
+	if err := s.persist(ws); err != nil {
+		t.Fatal(err)
+	}
+	if info := s.logs[record.LogData].Describe(); info.Tail != 7 {
+		t.Fatalf("tail %d after append and truncate, want 7", info.Tail)
+	}
+	if got, ok := s.recent[record.LogData].get(6, 100, 100); !ok || len(got) != 1 {
+		t.Fatalf("recent after truncate: %d records, %v", len(got), ok)
+	}
+}

@@ -1,0 +1,293 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/wire"
+)
+
+// outFrame is an encoded answer and the budget bytes its request holds until
+// the answer is written.
+type outFrame struct {
+	b       []byte
+	release int64
+}
+
+// conn is one client connection: a reader goroutine that decodes frames and
+// dispatches them, handler goroutines, and a writer goroutine that sends the
+// answers in the order they are queued.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	log logr.Logger
+
+	feats  wire.Features
+	peerID []byte    // storage id the peer presented [RP-2]
+	repl   *peerConn // set at the first replication frame (replication.go)
+
+	budget *budget
+	out    chan outFrame
+	reqWG  sync.WaitGroup // requests read and not yet answered
+
+	// waitCtx ends when the reader stops (peer gone, violation, drain).
+	waitCtx    context.Context
+	waitCancel context.CancelFunc
+
+	dmu      sync.Mutex // orders the drain flag with read deadlines
+	draining bool
+
+	violated bool // a connection-level error was sent (reader goroutine only)
+
+	qmu    sync.Mutex
+	queues map[record.ShardID]*shardQueue
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	if s.opts.TLS != nil {
+		nc = tls.Server(nc, s.opts.TLS)
+	}
+	c := &conn{s: s, nc: nc, log: s.log.WithValues("remote", nc.RemoteAddr().String()),
+		budget: newBudget(s.opts.MaxInFlightBytes), out: make(chan outFrame, 256),
+		queues: map[record.ShardID]*shardQueue{}}
+	c.waitCtx, c.waitCancel = context.WithCancel(s.waitCtx)
+	return c
+}
+
+// drain stops reading new requests; requests already read are answered.
+func (c *conn) drain() {
+	c.dmu.Lock()
+	c.draining = true
+	_ = c.nc.SetReadDeadline(time.Now())
+	c.dmu.Unlock()
+}
+
+// setReadDeadline sets d unless draining; it reports false when draining.
+func (c *conn) setReadDeadline(d time.Time) bool {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.draining {
+		return false
+	}
+	_ = c.nc.SetReadDeadline(d)
+	return true
+}
+
+func (c *conn) isDraining() bool {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	return c.draining
+}
+
+func (c *conn) serve() {
+	m := c.s.opts.Metrics
+	m.connOpened()
+	defer m.connClosed()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	if c.handshake(br) {
+		c.readLoop(br)
+	}
+	c.waitCancel()
+	c.reqWG.Wait()
+	close(c.out)
+	<-writerDone
+	if c.violated {
+		lingerClose(c.nc)
+		return
+	}
+	_ = c.nc.Close()
+}
+
+// lingerClose closes a connection the broker refused so that its last frame
+// (an Error) reaches the peer: closing with unread input would make the
+// kernel reset the connection and the peer could lose that frame. It shuts
+// the write side, then reads and discards for up to a second.
+func lingerClose(nc net.Conn) {
+	defer func() { _ = nc.Close() }()
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.Copy(io.Discard, io.LimitReader(nc, 1<<20))
+}
+
+// handshake reads the Hello within HandshakeTimeout and answers it. It
+// reports whether the connection may go on.
+func (c *conn) handshake(br *bufio.Reader) bool {
+	if !c.setReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout)) {
+		return false
+	}
+	f, err := wire.ReadFrame(br, c.s.opts.MaxFrameSize)
+	if err != nil {
+		if c.isDraining() {
+			c.violation("draining", &wire.Error{Code: wire.CodeUnavailable, Message: "the broker is stopping"})
+			return false
+		}
+		c.violation("handshake", &wire.Error{Code: wire.CodeBadRequest, Message: "expected a Hello frame: " + err.Error()})
+		return false
+	}
+	if f.Type != wire.MsgHello {
+		c.violation("handshake", &wire.Error{Code: wire.CodeBadRequest, Message: "expected a Hello frame, got " + f.Type.String()})
+		return false
+	}
+	hello, err := wire.DecodeHello(f.Body)
+	if err != nil {
+		c.violation("handshake", &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
+		return false
+	}
+	v, feats, err := wire.Negotiate(hello, c.s.opts.Features)
+	if err != nil {
+		c.violation("version", wire.ErrorFrom(err))
+		return false
+	}
+	c.feats = feats
+	if feats.Has(wire.FeatureStorageID) {
+		c.peerID = hello.StorageID
+	}
+	body, err := wire.EncodeHelloOK(wire.HelloOK{Version: v, Features: feats, MaxFrameSize: c.s.opts.MaxFrameSize,
+		MaxBatchRecords: uint32(c.s.opts.MaxBatchRecords), StorageID: c.s.opts.StorageID})
+	if err != nil {
+		c.violation("handshake", &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()})
+		return false
+	}
+	c.out <- outFrame{b: wire.AppendFrame(nil, wire.Frame{Type: wire.MsgHelloOK, Body: body})}
+	c.log.V(1).Info("connection opened", "version", v, "features", feats.String())
+	return true
+}
+
+// violation answers a connection-level error (request id 0) and stops the
+// connection.
+func (c *conn) violation(reason string, e *wire.Error) {
+	c.violated = true
+	c.s.opts.Metrics.connDropped(reason)
+	c.log.V(1).Info("closing connection", "reason", reason, "error", e.Error())
+	body, err := wire.EncodeError(e, c.feats)
+	if err != nil {
+		return
+	}
+	c.out <- outFrame{b: wire.AppendFrame(nil, wire.Frame{Type: wire.MsgError, Body: body})}
+}
+
+func (c *conn) readLoop(br *bufio.Reader) {
+	o := &c.s.opts
+	armed := false // a deadline is set on the connection
+	for {
+		if c.isDraining() {
+			return
+		}
+		// A frame already whole in the buffer is read without touching
+		// the connection, so it needs no deadline (the pipelined case).
+		if !frameBuffered(br) {
+			if o.IdleTimeout > 0 || armed {
+				idle := time.Time{}
+				if o.IdleTimeout > 0 {
+					idle = time.Now().Add(o.IdleTimeout)
+				}
+				if !c.setReadDeadline(idle) {
+					return
+				}
+				armed = o.IdleTimeout > 0
+			}
+			if _, err := br.Peek(1); err != nil {
+				if c.isDraining() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					c.violation("idle", &wire.Error{Code: wire.CodeBadRequest, Message: "idle timeout"})
+				}
+				return
+			}
+			// The frame has begun: all of it must arrive within
+			// FrameTimeout.
+			if !c.setReadDeadline(time.Now().Add(o.FrameTimeout)) {
+				return
+			}
+			armed = true
+		}
+		f, err := wire.ReadFrame(br, o.MaxFrameSize)
+		if err != nil {
+			var tooLarge *wire.FrameTooLargeError
+			switch {
+			case c.isDraining():
+			case errors.As(err, &tooLarge):
+				c.violation("frame-too-large", &wire.Error{Code: wire.CodeRecordTooLarge, Message: err.Error(), Limit: tooLarge.Limit})
+			case errors.Is(err, wire.ErrFrameTooShort):
+				c.violation("bad-frame", &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				c.violation("frame-timeout", &wire.Error{Code: wire.CodeBadRequest, Message: "frame not completed within the frame timeout"})
+			default:
+				c.s.opts.Metrics.connDropped("read-error")
+			}
+			return
+		}
+		if !c.dispatch(f) {
+			return
+		}
+	}
+}
+
+// frameBuffered reports whether br holds a whole frame.
+func frameBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n < 4 {
+		return false
+	}
+	p, err := br.Peek(4)
+	if err != nil {
+		return false
+	}
+	return uint64(n) >= 4+uint64(binary.BigEndian.Uint32(p))
+}
+
+// answer queues an answer frame; release is the budget its request held.
+func (c *conn) answer(t wire.MsgType, reqID uint32, body []byte, release int64) {
+	c.out <- outFrame{b: wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(body)), wire.Frame{Type: t, ReqID: reqID, Body: body}), release: release}
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	broken := false
+	for of := range c.out {
+		if !broken {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+			_, err := bw.Write(of.b)
+			if err == nil && len(c.out) == 0 {
+				// Let handlers about to answer join this write: one
+				// syscall for many pipelined answers.
+				runtime.Gosched()
+			}
+			if err == nil && len(c.out) == 0 {
+				err = bw.Flush()
+			}
+			if err != nil {
+				// The peer is gone or stalled: stop reading too. Keep
+				// draining the queue so handlers never block.
+				broken = true
+				c.s.opts.Metrics.connDropped("write-error")
+				_ = c.nc.Close()
+			}
+		}
+		c.budget.release(of.release)
+	}
+	if !broken {
+		_ = bw.Flush()
+	}
+}

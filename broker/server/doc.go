@@ -1,0 +1,25 @@
+// Package server serves the Felix wire protocol (package wire) over TCP or
+// TLS and the broker's HTTP endpoints (/live, /ready, /metrics).
+//
+// It owns one decision: how requests arriving on a connection become calls
+// on shard logs and how their answers go back, under the connection limits
+// (maximum frame size, records per batch, in-flight bytes per connection,
+// handshake and frame deadlines). Storage is reached through the Shards and
+// Log interfaces declared here, so replication can later sit between the
+// server and the log store.
+//
+// Ordering: appends and trims of one connection to one shard are applied in
+// the order they arrived. Consecutive unconditional appends waiting in that
+// order are merged into one store append (each still gets its own answer);
+// conditional appends and trims are applied alone. Reads and describes run
+// concurrently and may be answered out of order: responses carry the
+// request id.
+//
+// Goroutines per connection: one reader (handshake, frame decoding,
+// dispatch, backpressure), one writer (answers in queue order, one flush
+// for many answers), one per shard queue while it has work, one per read or
+// describe in flight.
+//
+// Lock order: Server.mu before conn.dmu; conn.qmu, budget.mu and
+// peerConn.mu are taken alone.
+package server

@@ -1,0 +1,246 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/wire"
+)
+
+// readAnswerReserve is budget charged to a read on top of its byte bound,
+// for per-record framing overhead.
+const readAnswerReserve = 64 << 10
+
+// dispatch handles one frame read after the handshake. It reports false when
+// the connection must stop reading.
+func (c *conn) dispatch(f wire.Frame) bool {
+	if c.serveReplication(f) {
+		return true
+	}
+	start := time.Now()
+	o := &c.s.opts
+	charge := int64(wire.FrameHeaderSize + len(f.Body))
+	var readReq wire.ReadRequest
+	if f.Type == wire.MsgRead {
+		var err error
+		if readReq, err = wire.DecodeRead(f.Body); err != nil {
+			c.reqWG.Add(1)
+			c.fail(f.ReqID, "read", start, 0, err)
+			return true
+		}
+		readReq.MaxBytes = c.clampReadBytes(readReq.MaxBytes)
+		charge += int64(readReq.MaxBytes) + readAnswerReserve
+	}
+	// Backpressure: stop reading this connection while its unanswered
+	// requests hold the in-flight budget.
+	held, err := c.budget.acquire(c.waitCtx, charge)
+	if err != nil {
+		return false
+	}
+	c.reqWG.Add(1)
+	switch f.Type {
+	case wire.MsgAppend:
+		req, err := wire.DecodeAppend(f.Body)
+		if err == nil {
+			err = c.checkAppend(req)
+		}
+		if err != nil {
+			c.fail(f.ReqID, "append", start, held, err)
+			return true
+		}
+		c.enqueue(req.Shard, &pending{reqID: f.ReqID, start: start, held: held, app: &req})
+	case wire.MsgTrim:
+		req, err := wire.DecodeTrim(f.Body)
+		if err == nil && recordBytes(record.Record{Headers: req.Headers}) > o.MaxRecordBytes {
+			err = &wire.Error{Code: wire.CodeRecordTooLarge, Message: "trim headers over the record limit", Limit: uint64(o.MaxRecordBytes)}
+		}
+		if err != nil {
+			c.fail(f.ReqID, "trim", start, held, err)
+			return true
+		}
+		c.enqueue(req.Shard, &pending{reqID: f.ReqID, start: start, held: held, trim: &req})
+	case wire.MsgRead:
+		go c.handleRead(f.ReqID, readReq, start, held)
+	case wire.MsgDescribe:
+		req, err := wire.DecodeDescribe(f.Body)
+		if err != nil {
+			c.fail(f.ReqID, "describe", start, held, err)
+			return true
+		}
+		go c.handleDescribe(f.ReqID, req, start, held)
+	case wire.MsgHello:
+		c.fail(f.ReqID, "hello", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: "Hello after the handshake"})
+	default:
+		msg := fmt.Sprintf("unknown message type %s", f.Type)
+		if f.Type.ReservedReplication() {
+			msg = fmt.Sprintf("message type %s is reserved for replication, which this broker does not serve", f.Type)
+		}
+		c.fail(f.ReqID, "unknown", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: msg})
+	}
+	return true
+}
+
+// DefaultReadBytes is a read's byte bound when the request leaves it 0.
+const DefaultReadBytes = 1 << 20
+
+// clampReadBytes applies the default and the cap (half a frame) to a read's
+// byte bound.
+func (c *conn) clampReadBytes(n uint32) uint32 {
+	if n == 0 {
+		n = DefaultReadBytes
+	}
+	return min(n, c.s.opts.MaxFrameSize/2)
+}
+
+// recordBytes is what the limits count of a record: payload plus headers.
+func recordBytes(r record.Record) int {
+	n := len(r.Payload)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// storeBytes over-estimates the store's encoding of recs, so merged
+// appends never exceed the store's batch byte limit.
+func storeBytes(recs []record.Record) int {
+	n := 17
+	for _, r := range recs {
+		n += 32 + recordBytes(r) + 8*len(r.Headers)
+	}
+	return n
+}
+
+// checkAppend applies the connection limits to an append before it is
+// queued; nothing of a refused batch is written.
+func (c *conn) checkAppend(req wire.AppendRequest) error {
+	o := &c.s.opts
+	if len(req.Records) == 0 {
+		return &wire.Error{Code: wire.CodeBadRequest, Message: "empty append"}
+	}
+	if len(req.Records) > o.MaxBatchRecords {
+		return &wire.Error{Code: wire.CodeRecordTooLarge, Limit: uint64(o.MaxBatchRecords),
+			Message: fmt.Sprintf("%d records in one append, limit %d", len(req.Records), o.MaxBatchRecords)}
+	}
+	for i, r := range req.Records {
+		if n := recordBytes(r); n > o.MaxRecordBytes {
+			return &wire.Error{Code: wire.CodeRecordTooLarge, Limit: uint64(o.MaxRecordBytes),
+				Message: fmt.Sprintf("record %d is %d bytes, limit %d", i, n, o.MaxRecordBytes)}
+		}
+	}
+	if n := storeBytes(req.Records); n > o.MaxBatchBytes {
+		return &wire.Error{Code: wire.CodeRecordTooLarge, Limit: uint64(o.MaxBatchBytes),
+			Message: fmt.Sprintf("append of about %d bytes, limit %d", n, o.MaxBatchBytes)}
+	}
+	return nil
+}
+
+// fail answers reqID with the error mapped to its wire code.
+func (c *conn) fail(reqID uint32, op string, start time.Time, held int64, err error) {
+	e := mapError(err)
+	body, encErr := wire.EncodeError(e, c.feats)
+	if encErr != nil {
+		body, _ = wire.EncodeError(&wire.Error{Code: wire.CodeUnavailable, Message: "cannot encode error"}, c.feats)
+	}
+	c.s.opts.Metrics.request(op, e.Code.String(), time.Since(start))
+	c.answer(wire.MsgError, reqID, body, held)
+	c.reqWG.Done()
+}
+
+// ok answers reqID with a success message.
+func (c *conn) ok(t wire.MsgType, reqID uint32, op string, start time.Time, held int64, body []byte) {
+	c.s.opts.Metrics.request(op, "ok", time.Since(start))
+	c.answer(t, reqID, body, held)
+	c.reqWG.Done()
+}
+
+// mapError maps storage and server errors to wire errors.
+func mapError(err error) *wire.Error {
+	var we *wire.Error
+	switch {
+	case errors.As(err, &we):
+		return we
+	case errors.Is(err, logstore.ErrBadRecord), errors.Is(err, logstore.ErrFloorAboveTrim),
+		errors.Is(err, logstore.ErrBeyondTail), errors.Is(err, logstore.ErrBaseMismatch):
+		return &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, record.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
+	}
+	return wire.ErrorFrom(err)
+}
+
+func (c *conn) handleDescribe(reqID uint32, req wire.DescribeRequest, start time.Time, held int64) {
+	l, err := c.s.shards.DataLog(req.Shard)
+	if err != nil {
+		c.fail(reqID, "describe", start, held, err)
+		return
+	}
+	info := l.Describe()
+	c.ok(wire.MsgDescribeOK, reqID, "describe", start, held, wire.EncodeDescribeOK(wire.DescribeOK{
+		Base: info.Base, Floor: info.ReadableStart(), Tail: info.Tail, Committed: info.Committed}))
+}
+
+func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, held int64) {
+	o := &c.s.opts
+	l, err := c.s.shards.DataLog(req.Shard)
+	if err != nil {
+		c.fail(reqID, "read", start, held, err)
+		return
+	}
+	opts := logstore.ReadOptions{MaxRecords: o.MaxReadRecords, MaxBytes: int(req.MaxBytes), WithTrimTag: c.feats.Has(wire.FeatureTrimTag)}
+	if req.MaxRecords > 0 && int(req.MaxRecords) < o.MaxReadRecords {
+		opts.MaxRecords = int(req.MaxRecords)
+	}
+	from := req.Offset
+	switch req.From {
+	case wire.FromEarliest:
+		from = logstore.FromEarliest
+	case wire.FromLatest:
+		from = logstore.FromLatest
+	}
+	res, err := readCommitted(l, from, opts)
+	if err == nil && len(res.Records) == 0 && req.WaitMillis > 0 {
+		wait := min(time.Duration(req.WaitMillis)*time.Millisecond, o.MaxReadWait)
+		ctx, cancel := context.WithTimeout(c.waitCtx, wait)
+		for err == nil && len(res.Records) == 0 {
+			if l.WaitCommitted(ctx, res.Next) != nil {
+				break // waited long enough, or draining: answer what we have
+			}
+			res, err = readCommitted(l, res.Next, opts)
+		}
+		cancel()
+	}
+	if err != nil {
+		c.fail(reqID, "read", start, held, err)
+		return
+	}
+	body, err := wire.EncodeReadOK(wire.ReadOK{Next: res.Next, Records: res.Records})
+	if err != nil {
+		c.fail(reqID, "read", start, held, err)
+		return
+	}
+	c.ok(wire.MsgReadOK, reqID, "read", start, held, body)
+}
+
+// readCommitted reads only committed records: clients never see a record
+// that is not acknowledged under the shard's ack mode.
+func readCommitted(l Log, from uint64, opts logstore.ReadOptions) (logstore.ReadResult, error) {
+	info := l.Describe()
+	if info.Committed == 0 {
+		// Nothing committed (UpTo 0 would mean the durable tail).
+		if from != logstore.FromEarliest && from != logstore.FromLatest && from > info.Tail {
+			return logstore.ReadResult{}, fmt.Errorf("server: read from %d above tail %d: %w", from, info.Tail, logstore.ErrBeyondTail)
+		}
+		switch from {
+		case logstore.FromEarliest, logstore.FromLatest:
+			from = info.Base
+		}
+		return logstore.ReadResult{Next: from}, nil
+	}
+	opts.UpTo = info.Committed
+	return l.Read(from, opts)
+}

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"felix.dev/felix/broker/logstore"
+)
+
+// Metrics holds the broker's Prometheus collectors. It implements
+// logstore.Metrics, so one value serves the store and the server. Register
+// it on a registry the caller owns (never the global one). A nil *Metrics
+// records nothing.
+type Metrics struct {
+	appends        prometheus.Counter
+	appendRecords  prometheus.Counter
+	appendBytes    prometheus.Counter
+	appendLatency  prometheus.Histogram
+	syncFanIn      prometheus.Histogram
+	syncLatency    prometheus.Histogram
+	deletedRecords prometheus.Counter
+	deletedBytes   prometheus.Counter
+	requests       *prometheus.CounterVec
+	requestLatency *prometheus.HistogramVec
+	okRequests     map[string]prometheus.Counter  // requests{op, "ok"}, resolved once
+	opLatency      map[string]prometheus.Observer // requestLatency{op}, resolved once
+	connections    prometheus.Gauge
+	accepted       prometheus.Counter
+	dropped        *prometheus.CounterVec
+}
+
+var _ logstore.Metrics = (*Metrics)(nil)
+
+// latencyBuckets span 50µs to about 3s.
+var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 17)
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		appends: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_appends_total",
+			Help: "Store appends acknowledged (an append is one batch; trims included)."}),
+		appendRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_append_records_total",
+			Help: "Records in acknowledged store appends."}),
+		appendBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_append_bytes_total",
+			Help: "Encoded bytes of acknowledged store appends."}),
+		appendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "felix_broker_append_latency_seconds",
+			Help: "Time from store submission to acknowledgement of an append.", Buckets: latencyBuckets}),
+		syncFanIn: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "felix_broker_sync_fan_in",
+			Help: "Appends acknowledged by one shared sync (on-commit group commit).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		syncLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "felix_broker_sync_duration_seconds",
+			Help: "Duration of one storage sync.", Buckets: latencyBuckets}),
+		deletedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_deleted_records_total",
+			Help: "Records removed by whole-segment deletion."}),
+		deletedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_deleted_bytes_total",
+			Help: "Stored bytes removed by whole-segment deletion."}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_requests_total",
+			Help: "Protocol requests answered, by operation and result (ok or the error code's name)."}, []string{"op", "result"}),
+		requestLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "felix_broker_request_latency_seconds",
+			Help: "Time from a request's arrival to its answer being queued, by operation.", Buckets: latencyBuckets}, []string{"op"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_connections",
+			Help: "Open protocol connections."}),
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_connections_accepted_total",
+			Help: "Protocol connections accepted."}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_connections_dropped_total",
+			Help: "Connections the broker closed for a protocol violation or deadline, by reason."}, []string{"reason"}),
+	}
+	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
+	for _, op := range []string{"append", "read", "trim", "describe"} {
+		m.okRequests[op] = m.requests.WithLabelValues(op, "ok")
+		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
+	}
+	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
+		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveAppend implements logstore.Metrics.
+func (m *Metrics) ObserveAppend(records, bytes int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.appends.Inc()
+	m.appendRecords.Add(float64(records))
+	m.appendBytes.Add(float64(bytes))
+	m.appendLatency.Observe(d.Seconds())
+}
+
+// ObserveSyncFanIn implements logstore.Metrics.
+func (m *Metrics) ObserveSyncFanIn(n int) {
+	if m == nil {
+		return
+	}
+	m.syncFanIn.Observe(float64(n))
+}
+
+// ObserveSync implements logstore.Metrics.
+func (m *Metrics) ObserveSync(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.syncLatency.Observe(d.Seconds())
+}
+
+// ObserveDelete implements logstore.Metrics.
+func (m *Metrics) ObserveDelete(records int, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.deletedRecords.Add(float64(records))
+	m.deletedBytes.Add(float64(bytes))
+}
+
+func (m *Metrics) request(op, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.okRequests[op]; ok && result == "ok" {
+		c.Inc()
+	} else {
+		m.requests.WithLabelValues(op, result).Inc()
+	}
+	if o, ok := m.opLatency[op]; ok {
+		o.Observe(d.Seconds())
+	} else {
+		m.requestLatency.WithLabelValues(op).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) connOpened() {
+	if m == nil {
+		return
+	}
+	m.accepted.Inc()
+	m.connections.Inc()
+}
+
+func (m *Metrics) connClosed() {
+	if m == nil {
+		return
+	}
+	m.connections.Dec()
+}
+
+func (m *Metrics) connDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.dropped.WithLabelValues(reason).Inc()
+}

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"crypto/tls"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"felix.dev/felix/broker/wire"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxBatchRecords  = 4096
+	DefaultMaxBatchBytes    = 4 << 20
+	DefaultMaxRecordBytes   = 1 << 20
+	DefaultMaxInFlightBytes = 64 << 20
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultFrameTimeout     = 30 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+	DefaultMaxReadWait      = 60 * time.Second
+	DefaultMaxReadRecords   = 10000
+	DefaultMaxConnections   = 1024
+)
+
+// Options configures a Server. Zero values take the defaults above.
+type Options struct {
+	// Logger receives connection-level events; zero discards them.
+	Logger logr.Logger
+	// Metrics receives the server's measurements; nil means none.
+	Metrics *Metrics
+	// TLS, when set, wraps every accepted connection in a TLS server.
+	TLS *tls.Config
+	// Features are the optional protocol bits this broker offers; zero
+	// means wire.KnownFeatures.
+	Features wire.Features
+	// StorageID is the broker's storage id presented to peers that
+	// negotiate wire.FeatureStorageID [RP-2]; nil presents none.
+	StorageID []byte
+	// Replication, when set, receives the replication frames (0x40..0x4F)
+	// of every connection (replication.go); nil refuses them.
+	Replication ReplicationHandler
+	// Epoch is written on every appended record and trim.
+	Epoch uint64
+
+	// MaxFrameSize bounds a frame's length field (wire.DefaultMaxFrameSize).
+	MaxFrameSize uint32
+	// MaxBatchRecords bounds the records of one append request; it should
+	// not exceed the store's own limit.
+	MaxBatchRecords int
+	// MaxBatchBytes bounds the payload plus header bytes of a merged store
+	// append; it should not exceed the store's own limit.
+	MaxBatchBytes int
+	// MaxRecordBytes bounds one record's payload plus headers.
+	MaxRecordBytes int
+	// MaxInFlightBytes bounds the request bytes a connection may have
+	// accepted but not yet answered; the broker stops reading the
+	// connection until answers go out (TCP backpressure). Raised to
+	// MaxFrameSize if lower.
+	MaxInFlightBytes int64
+	// HandshakeTimeout bounds the time from accept to a complete Hello.
+	HandshakeTimeout time.Duration
+	// FrameTimeout bounds the time from a frame's first byte to its last:
+	// a client that sends half a frame and stalls is disconnected.
+	FrameTimeout time.Duration
+	// IdleTimeout, when positive, disconnects a client that sends nothing
+	// for that long between frames. Zero: idle connections stay.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one write of answers to a connection.
+	WriteTimeout time.Duration
+	// MaxReadWait caps a read's follow-mode wait.
+	MaxReadWait time.Duration
+	// MaxReadRecords caps a read's record count.
+	MaxReadRecords int
+	// MaxConnections bounds the open connections; one more is answered
+	// with Unavailable and closed. With MaxInFlightBytes it bounds the
+	// memory held by requests.
+	MaxConnections int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	if o.Features == 0 {
+		o.Features = wire.KnownFeatures
+	}
+	if o.MaxFrameSize == 0 {
+		o.MaxFrameSize = wire.DefaultMaxFrameSize
+	}
+	if o.MaxBatchRecords <= 0 {
+		o.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxInFlightBytes <= 0 {
+		o.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if o.MaxInFlightBytes < int64(o.MaxFrameSize) {
+		o.MaxInFlightBytes = int64(o.MaxFrameSize)
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.FrameTimeout <= 0 {
+		o.FrameTimeout = DefaultFrameTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxReadWait <= 0 {
+		o.MaxReadWait = DefaultMaxReadWait
+	}
+	if o.MaxReadRecords <= 0 {
+		o.MaxReadRecords = DefaultMaxReadRecords
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	return o
+}

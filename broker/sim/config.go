@@ -1,0 +1,264 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	"felix.dev/felix/broker/placement"
+	"felix.dev/felix/broker/replication"
+)
+
+// Timing of the simulated shard, in ticks. One tick is one second of the
+// control plane's clock.
+const (
+	// passTicks is the replication core's PassInterval: comfortably
+	// longer than a round trip (a message is delivered at the latest at the
+	// tick after it was sent).
+	passTicks = 3
+	// heartbeatTicks is the broker heartbeat interval.
+	heartbeatTicks = 1
+	// nodeExpiryTicks is how long the control plane waits for a heartbeat
+	// before marking a broker Down.
+	nodeExpiryTicks = 4
+	// periodicSyncTicks is the Periodic fsync interval.
+	periodicSyncTicks = 3
+	// noneWritebackPct is the chance per tick that the kernel writes a
+	// None-mode broker's page cache back.
+	noneWritebackPct = 5
+	// assignLagPct is the chance per tick that a broker has not yet seen
+	// a new assignment (watch lag).
+	assignLagPct = 30
+	// finalTicks is the length of the healing phase that ends every run.
+	finalTicks = 40
+)
+
+// Config is one simulation run.
+type Config struct {
+	// Seed decides the shard's shape and its schedule.
+	Seed uint64
+	// Steps is the schedule's length in events.
+	Steps int
+	// Keep, when non-nil, runs only the events whose index it holds (a
+	// shrunk schedule); nil runs every event.
+	Keep []int
+	// Rules switches replication rules off (twins only).
+	Rules replication.Rules
+	// Placement switches placement rules off (twins only).
+	Placement placement.Twin
+	// Trace records a line per event and per notable effect.
+	Trace bool
+	// NoRestoreRotation (twin, simulator glue): a start skips the
+	// incarnation check of [ID-3] (as if no control plane were asked) and
+	// restores keep storage-id, so a volume restored from an old snapshot
+	// keeps its id.
+	NoRestoreRotation bool
+	// LegacyPeers makes about half the brokers older builds without
+	// storage ids (a mixed-version cluster).
+	LegacyPeers bool
+}
+
+// Invariant names a checked property. A Failure carries one.
+type Invariant string
+
+const (
+	// InvAckedLost: the serving leader of the newest epoch (fence
+	// committed) does not hold a record acknowledged under Quorum or All.
+	InvAckedLost Invariant = "acked-lost"
+	// InvCommittedDisagree: two replicas (or one replica over time) hold
+	// different records at a committed offset.
+	InvCommittedDisagree Invariant = "committed-disagree"
+	// InvCommittedTruncated: a replica truncated its log below the
+	// position it had published as committed.
+	InvCommittedTruncated Invariant = "committed-truncated"
+	// InvCommitBack: a replica's committed position moved back within one
+	// process life.
+	InvCommitBack Invariant = "commit-moved-back"
+	// InvTwoLeaders: two replicas lead the same epoch, or two replicas
+	// acknowledged writes at the same epoch.
+	InvTwoLeaders Invariant = "two-leaders"
+	// InvPromotedIneligible: placement promoted a replica that does not
+	// hold every acknowledged record its report said it held, instead of
+	// waiting [CP-3].
+	InvPromotedIneligible Invariant = "promoted-ineligible"
+	// InvAckMismatch: an acknowledgement names offsets that do not hold
+	// the proposal's records.
+	InvAckMismatch Invariant = "ack-mismatch"
+	// InvCore: the core asked for something impossible (a write that does
+	// not continue the log), or the simulator broke its own fault budget.
+	InvCore Invariant = "core"
+)
+
+// LossInvariants are the invariants whose failure means acknowledged or
+// committed data was lost or contradicted; the twins must produce one.
+var LossInvariants = []Invariant{InvAckedLost, InvCommittedDisagree, InvCommittedTruncated, InvPromotedIneligible}
+
+// IsLoss reports whether inv is one of LossInvariants.
+func IsLoss(inv Invariant) bool {
+	for _, l := range LossInvariants {
+		if l == inv {
+			return true
+		}
+	}
+	return false
+}
+
+// Failure is an invariant violation.
+type Failure struct {
+	Seed      uint64
+	Shape     Shape
+	Invariant Invariant
+	// Step is the index (in the full schedule) of the event after which
+	// the violation was seen; -1 for the healing phase.
+	Step   int
+	Detail string
+	// Keep lists the events of the (possibly shrunk) schedule that ran.
+	Keep []int
+	// Trace is the run's trace when Config.Trace was set.
+	Trace []string
+}
+
+// Error renders the failure in one line.
+func (f *Failure) Error() string {
+	return fmt.Sprintf("seed %d (%s): %s after step %d: %s", f.Seed, f.Shape, f.Invariant, f.Step, f.Detail)
+}
+
+// Stats are the figures of one or more runs.
+type Stats struct {
+	// Runs is the number of seeds run; Events the scheduled events run.
+	Runs   int
+	Events int
+	// Proposals counts client batches; Acked the successful
+	// acknowledgements by replication.AckMode.
+	Proposals int
+	Acked     [3]int
+	// Faults counts injected faults by kind (only those the budget let
+	// through).
+	Faults map[string]int
+	// Promotions counts placement promotions; Waits the wait streaks by
+	// placement.Reason.
+	Promotions int
+	Waits      map[string]int
+	// Rotations counts starts that took a new storage id (first starts
+	// included).
+	Rotations int
+	// Delivered and Lost count messages.
+	Delivered int
+	Lost      int
+	// EndedServed counts runs that ended with a serving leader.
+	EndedServed int
+}
+
+func newStats() Stats {
+	return Stats{Faults: map[string]int{}, Waits: map[string]int{}}
+}
+
+// Add accumulates o into s.
+func (s *Stats) Add(o Stats) {
+	if s.Faults == nil {
+		s.Faults = map[string]int{}
+	}
+	if s.Waits == nil {
+		s.Waits = map[string]int{}
+	}
+	s.Runs += o.Runs
+	s.Events += o.Events
+	s.Proposals += o.Proposals
+	for i := range s.Acked {
+		s.Acked[i] += o.Acked[i]
+	}
+	for k, v := range o.Faults {
+		s.Faults[k] += v
+	}
+	for k, v := range o.Waits {
+		s.Waits[k] += v
+	}
+	s.Promotions += o.Promotions
+	s.Rotations += o.Rotations
+	s.Delivered += o.Delivered
+	s.Lost += o.Lost
+	s.EndedServed += o.EndedServed
+}
+
+// String renders the figures with sorted keys.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "runs=%d events=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d ended-serving=%d",
+		s.Runs, s.Events, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost, s.EndedServed)
+	b.WriteString(" faults{" + renderCounts(s.Faults) + "}")
+	b.WriteString(" waits{" + renderCounts(s.Waits) + "}")
+	return b.String()
+}
+
+func renderCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Switch names accepted by ParseOff, one per twin.
+const (
+	OffRP3   = "rp3"   // replication.Rules.DisableIDReset
+	OffRP4   = "rp4"   // replication.Rules.DisableIdleProbe
+	OffRP5   = "rp5"   // replication.Rules.DisablePassCounting
+	OffFence = "fence" // replication.Rules.DisableFenceIDCheck
+	OffCP1   = "cp1"   // placement.Twin.DisableIDCheck
+	OffID3   = "id3"   // Config.NoRestoreRotation
+)
+
+// ParseOff sets the rule switches named in a comma-separated list (see the
+// Off constants) on c.
+func (c *Config) ParseOff(list string) error {
+	if list == "" {
+		return nil
+	}
+	for _, name := range strings.Split(list, ",") {
+		switch name {
+		case OffRP3:
+			c.Rules.DisableIDReset = true
+		case OffRP4:
+			c.Rules.DisableIdleProbe = true
+		case OffRP5:
+			c.Rules.DisablePassCounting = true
+		case OffFence:
+			c.Rules.DisableFenceIDCheck = true
+		case OffCP1:
+			c.Placement.DisableIDCheck = true
+		case OffID3:
+			c.NoRestoreRotation = true
+		default:
+			return fmt.Errorf("sim: unknown rule switch %q", name)
+		}
+	}
+	return nil
+}
+
+// Off renders c's rule switches for ParseOff ("" when every rule is on).
+func (c Config) Off() string {
+	var out []string
+	if c.Rules.DisableIDReset {
+		out = append(out, OffRP3)
+	}
+	if c.Rules.DisableIdleProbe {
+		out = append(out, OffRP4)
+	}
+	if c.Rules.DisablePassCounting {
+		out = append(out, OffRP5)
+	}
+	if c.Rules.DisableFenceIDCheck {
+		out = append(out, OffFence)
+	}
+	if c.Placement.DisableIDCheck {
+		out = append(out, OffCP1)
+	}
+	if c.NoRestoreRotation {
+		out = append(out, OffID3)
+	}
+	return strings.Join(out, ",")
+}

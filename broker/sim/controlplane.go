@@ -1,0 +1,193 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"felix.dev/felix/broker/placement"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+)
+
+// registration is the control plane's registry record of one broker.
+type registration struct {
+	known        bool
+	sid          replication.StorageID
+	inc          uint64
+	registeredAt time.Time
+	lastHB       int
+	lastHBAt     time.Time
+	state        placement.BrokerState
+}
+
+// controlPlane is the simulated operator: registry, heartbeats, the latest
+// report of the assigned leader, the assignment.
+type controlPlane struct {
+	reg    []registration
+	assign *placement.Assignment
+	report *placement.Report
+	// waiting is the reason of the current wait streak ("" when none).
+	waiting string
+}
+
+// clock converts simulated ticks to the control plane's time.
+func clock(t int) time.Time {
+	return time.Unix(1_000_000, 0).Add(time.Duration(t) * time.Second)
+}
+
+// stamp is the control plane's clock now: the tick, plus a microsecond per
+// earlier stamp, so that things the control plane records one after the
+// other (a report, then a registration) never share an instant.
+func (s *simulation) stamp() time.Time {
+	s.seq++
+	return clock(s.now).Add(time.Duration(s.seq) * time.Microsecond)
+}
+
+// epoch is the current assignment's epoch (0 before the first).
+func (cp *controlPlane) epoch() uint64 {
+	if cp.assign == nil {
+		return 0
+	}
+	return cp.assign.Epoch
+}
+
+// coreAssignment converts the control plane's assignment for the core.
+func coreAssignment(a *placement.Assignment) replication.Assignment {
+	out := replication.Assignment{Leader: replication.NodeID(a.Leader), Epoch: a.Epoch,
+		LeaderIncarnation: a.LeaderIncarnation, Counted: map[replication.NodeID]replication.StorageID{}}
+	for n, id := range a.Counted {
+		out.Counted[replication.NodeID(n)] = replication.StorageID(id)
+	}
+	return out
+}
+
+// placementReport converts a core report, stamped when the control plane
+// first observes it.
+func placementReport(r *replication.Report, at time.Time) *placement.Report {
+	p := &placement.Report{Leader: string(r.Leader), LeaderIncarnation: r.LeaderIncarnation,
+		LeaderStorageID: string(r.LeaderStorageID), Epoch: r.Epoch, TakenAt: at,
+		Position: r.Position[record.LogData]}
+	for _, f := range r.Followers {
+		p.Followers = append(p.Followers, placement.FollowerReport{Broker: string(f.Node),
+			StorageID: string(f.StorageID), CaughtUp: f.CaughtUp, Confirmed: f.Confirmed[record.LogData]})
+	}
+	return p
+}
+
+// input builds placement's input from the registry.
+func (s *simulation) placementInput() placement.Input {
+	cp := &s.cp
+	in := placement.Input{Now: s.stamp(), NodeExpiry: nodeExpiryTicks * time.Second,
+		Heartbeat: heartbeatTicks * time.Second, Report: cp.report, Brokers: map[string]placement.Broker{},
+		Twin: s.cfg.Placement}
+	for i, n := range s.nodes {
+		in.Replicas = append(in.Replicas, string(n.id))
+		g := cp.reg[i]
+		if !g.known {
+			continue
+		}
+		in.Brokers[string(n.id)] = placement.Broker{StorageID: string(g.sid), Incarnation: g.inc,
+			RegisteredAt: g.registeredAt, State: g.state, LastHeartbeat: g.lastHBAt}
+	}
+	if cp.assign != nil {
+		a := *cp.assign
+		in.Assignment = &a
+	}
+	return in
+}
+
+// cpStep is one control-plane reconcile: heartbeats, the leader's report,
+// placement, and assignment delivery (with watch lag).
+func (s *simulation) cpStep(lag func() bool) {
+	cp := &s.cp
+	for i, n := range s.nodes {
+		g := &cp.reg[i]
+		if !g.known {
+			continue
+		}
+		if n.running() && !s.net.cpCut[i] {
+			g.lastHB, g.lastHBAt = s.now, s.stamp()
+			g.state = placement.Up
+		} else if s.now-g.lastHB > nodeExpiryTicks {
+			g.state = placement.Down
+		}
+	}
+	if a := cp.assign; a != nil {
+		if l := s.nodeByName(a.Leader); l != nil && l.running() && !s.net.cpCut[l.idx] && l.report != nil {
+			// The operator keeps only the report of the assigned leader at
+			// the assignment's epoch and incarnation.
+			if l.report.Epoch == a.Epoch && l.inc == a.LeaderIncarnation {
+				cp.report = placementReport(l.report, s.stamp())
+				s.tracef("  control plane takes report of %s e%d: %s", l.id, l.report.Epoch, renderReport(cp.report))
+			}
+			l.report = nil
+		}
+	}
+	s.updateWhole()
+	s.decide()
+	if cp.assign == nil {
+		return
+	}
+	ca := coreAssignment(cp.assign)
+	for i, n := range s.nodes {
+		if !n.running() || s.net.cpCut[i] || n.assignSeen >= ca.Epoch || lag() {
+			continue
+		}
+		n.assignSeen = ca.Epoch
+		n.r.Assign(ca)
+	}
+}
+
+// decide runs placement and applies a promotion.
+func (s *simulation) decide() {
+	cp := &s.cp
+	d := placement.Decide(s.placementInput())
+	switch d.Action {
+	case placement.Wait:
+		if cp.waiting != d.Reason.String() {
+			cp.waiting = d.Reason.String()
+			s.stats.Waits[cp.waiting]++
+			s.tracef("  placement waits: %s", d.Reason)
+		}
+		return
+	case placement.Keep:
+		cp.waiting = ""
+		return
+	}
+	cp.waiting = ""
+	s.checkPromotion(d)
+	s.stats.Promotions++
+	a := &placement.Assignment{Leader: d.Leader, Epoch: d.Epoch, LeaderIncarnation: d.LeaderIncarnation,
+		Counted: d.Counted}
+	cp.assign = a
+	s.tracef("  placement promotes %s at e%d inc%d (%s) counted=%s", d.Leader, d.Epoch, d.LeaderIncarnation,
+		d.Reason, renderCounted(d.Counted))
+}
+
+func renderCounted(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	out := "{"
+	for i, k := range keys {
+		if i > 0 {
+			out += " "
+		}
+		out += k + ":" + m[k]
+	}
+	return out + "}"
+}
+
+func renderReport(r *placement.Report) string {
+	out := fmt.Sprintf("position=%d", r.Position)
+	for _, f := range r.Followers {
+		state := "behind"
+		if f.CaughtUp {
+			state = "caught-up"
+		}
+		out += fmt.Sprintf(" %s[id=%q %s confirmed=%d]", f.Broker, f.StorageID, state, f.Confirmed)
+	}
+	return out
+}

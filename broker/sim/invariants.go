@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"felix.dev/felix/broker/placement"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+)
+
+// check verifies the invariants after an event.
+func (s *simulation) check() {
+	if s.fail != nil {
+		return
+	}
+	faulty := 0
+	for _, n := range s.nodes {
+		if s.faulty(n) {
+			faulty++
+		}
+	}
+	if faulty > s.f {
+		s.failf(InvCore, "simulator broke its fault budget: %d faulty > %d", faulty, s.f)
+		return
+	}
+	leaders := map[uint64]replication.NodeID{}
+	for _, n := range s.nodes {
+		if !n.up {
+			continue
+		}
+		st := n.r.Status()
+		// At most one replica leads (or recovers as leader of) an epoch.
+		if st.Role != replication.RoleFollower {
+			if o, ok := leaders[st.Epoch]; ok {
+				s.failf(InvTwoLeaders, "%s and %s both lead epoch %d", o, n.id, st.Epoch)
+				return
+			}
+			leaders[st.Epoch] = n.id
+		}
+		for l := range st.Committed {
+			// The committed position never moves back.
+			if st.Committed[l] < n.lastCommitted[l] {
+				s.failf(InvCommitBack, "%s: %s committed %d after %d", n.id, record.LogKind(l), st.Committed[l], n.lastCommitted[l])
+				return
+			}
+			n.lastCommitted[l] = st.Committed[l]
+			// Replicas agree on every committed offset, across time too.
+			recs := n.vol.disk.written[l]
+			for o := n.checked[l]; o < st.Committed[l]; o++ {
+				if o >= uint64(len(recs)) {
+					s.failf(InvCommittedDisagree, "%s: committed %s offset %d is not in its log (tail %d)", n.id, record.LogKind(l), o, len(recs))
+					return
+				}
+				g := &s.committed[l]
+				switch {
+				case o < uint64(len(*g)):
+					if !sameRecord((*g)[o], recs[o]) {
+						s.failf(InvCommittedDisagree, "%s: committed %s offset %d holds %q@e%d, committed before as %q@e%d",
+							n.id, record.LogKind(l), o, recs[o].Payload, recs[o].Epoch, (*g)[o].Payload, (*g)[o].Epoch)
+						return
+					}
+				case o == uint64(len(*g)):
+					*g = append(*g, recs[o])
+				default:
+					s.failf(InvCore, "committed map gap at %s %d", record.LogKind(l), o)
+					return
+				}
+			}
+			n.checked[l] = max(n.checked[l], st.Committed[l])
+		}
+	}
+	// No record acknowledged under Quorum or All is lost: the serving
+	// leader of the newest epoch holds every one of them.
+	if l := s.servingLeader(); l != nil {
+		for lk := range s.acked {
+			for _, rec := range s.acked[lk] {
+				if !l.vol.disk.holds(record.LogKind(lk), rec) {
+					s.failf(InvAckedLost, "serving leader %s of e%d lacks acknowledged %s record %q at %d (acked at e%d); its tail is %d",
+						l.id, s.cp.epoch(), record.LogKind(lk), rec.Payload, rec.Offset, rec.Epoch, len(l.vol.disk.written[lk]))
+					return
+				}
+			}
+		}
+	}
+}
+
+// checkPromotion is [CP-3] from the ground truth: placement may promote a
+// follower only if it really holds every acknowledged data record below
+// the position of the report that called it caught up, and may re-promote
+// a restarted leader only if it still holds every record it acknowledged
+// under its current storage id; otherwise the shard must wait. (The new
+// leader's recovery copies the rest from a quorum.) Only a promotion the
+// broker can act on is checked: its process runs at the promoted
+// incarnation.
+func (s *simulation) checkPromotion(d placement.Decision) {
+	n := s.nodeByName(d.Leader)
+	if n == nil || s.cp.assign == nil || !n.up || n.inc != d.LeaderIncarnation {
+		// A broker that died since its last heartbeat never acts on a
+		// promotion made for its old incarnation.
+		return
+	}
+	restarted := d.Leader == s.cp.assign.Leader
+	var pos uint64
+	if rep := s.cp.report; rep != nil {
+		pos = rep.Position
+	}
+	for lk := range s.acked {
+		for i, rec := range s.acked[lk] {
+			by := s.ackers[lk][i]
+			switch {
+			case restarted && (by.node != n.id || by.sid != n.sid):
+				continue
+			case !restarted && (lk != int(record.LogData) || rec.Offset >= pos):
+				continue
+			}
+			if !n.vol.disk.holds(record.LogKind(lk), rec) {
+				s.failf(InvPromotedIneligible, "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d (report position %d)",
+					n.id, d.Reason, d.Epoch, record.LogKind(lk), rec.Payload, rec.Offset, pos)
+				return
+			}
+		}
+	}
+}

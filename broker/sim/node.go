@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"fmt"
+
+	"felix.dev/felix/broker/datadir"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/replication"
+)
+
+// volume is a broker's data directory: the log store and the identity
+// files of [ID-1..3].
+type volume struct {
+	disk     *disk
+	sid      replication.StorageID
+	sidFile  bool
+	run      datadir.RunState
+	runFile  bool
+	regInc   uint64
+	regFile  bool
+	takenInc uint64 // snapshots only: the incarnation that was running
+}
+
+// node is one broker hosting one replica of the shard.
+type node struct {
+	id  replication.NodeID
+	idx int
+	vol volume
+	// legacy: an older broker build without storage ids (it presents and
+	// registers none).
+	legacy bool
+	// boot numbers the machine's boots; a machine crash starts a new one.
+	boot int
+
+	up     bool
+	frozen bool
+	thawAt int
+	// pending holds Disconnected calls a frozen process has yet to see.
+	pending []closed
+
+	r   *replication.Replica
+	inc uint64 // incarnation of the running process
+	// sid is the storage id the running process presents.
+	sid replication.StorageID
+
+	// lostData: the volume lost records it had (ground truth: a wipe, a
+	// restore, a power loss of acknowledged writes), whatever the id rule
+	// says; the next start makes the replica faulty until whole.
+	lostData bool
+	// needsCopy: the replica's id rotated (it may hold less than its
+	// peers were told); it counts as a fault until it is whole again.
+	needsCopy bool
+
+	lastCommitted [numLogs]uint64
+	checked       [numLogs]uint64
+	assignSeen    uint64
+	report        *replication.Report
+	snap          *volume
+}
+
+func (n *node) bootID() string { return fmt.Sprintf("boot-%s-%d", n.id, n.boot) }
+
+// running reports whether the process runs and is not frozen.
+func (n *node) running() bool { return n.up && !n.frozen }
+
+// tails returns the written tail of each log.
+func (n *node) tails() [numLogs]uint64 {
+	var t [numLogs]uint64
+	for l := range t {
+		t[l] = uint64(len(n.vol.disk.written[l]))
+	}
+	return t
+}
+
+// holdsAll reports whether the written logs hold every record of acked.
+func (n *node) holdsAll(acked *[numLogs][]record.Record) bool {
+	for l := range acked {
+		for _, rec := range acked[l] {
+			if !n.vol.disk.holds(record.LogKind(l), rec) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// closed is a connection that closed while its leader side was frozen.
+type closed struct {
+	peer replication.NodeID
+	conn replication.ConnID
+}

@@ -1,0 +1,174 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	flagSeeds  = flag.Int("sim.seeds", 2000, "number of seeds TestSim and the twins run")
+	flagFirst  = flag.Uint64("sim.first", 1, "first seed of the range")
+	flagSteps  = flag.Int("sim.steps", 300, "events per seed")
+	flagSeed   = flag.Uint64("sim.seed", 0, "replay this one seed with a full trace (0: run the range)")
+	flagKeep   = flag.String("sim.keep", "", "with -sim.seed: run only these events (a shrunk schedule, e.g. 0-4,9)")
+	flagTrace  = flag.Bool("sim.trace", false, "with -sim.seed: print the trace even when the seed passes")
+	flagOff    = flag.String("sim.off", "", "with -sim.seed: switch rules off (rp3,rp4,rp5,fence,cp1), as a twin does")
+	flagLegacy = flag.Bool("sim.legacy", false, "with -sim.seed: about half the brokers are older builds without storage ids")
+)
+
+// outcome is one seed's result in a sweep.
+type outcome struct {
+	seed uint64
+	res  Result
+}
+
+// sweep runs seeds [first, first+n) on every core (the simulator itself is
+// single-threaded and deterministic; seeds are independent). With stopAt
+// set it stops handing out seeds once one fails as stopAt says. Results
+// come back ordered by seed.
+func sweep(base Config, first uint64, n int, stopAt func(*Failure) bool) []outcome {
+	out := make([]outcome, n)
+	var mu sync.Mutex
+	next, stop := 0, false
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next >= n || stop {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				seed := first + uint64(i)
+				cfg := base
+				cfg.Seed = seed
+				r := Run(cfg)
+				halt := r.Failure != nil && stopAt != nil && stopAt(r.Failure)
+				mu.Lock()
+				out[i] = outcome{seed: seed, res: r}
+				stop = stop || halt
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// replayReport shrinks a failure and renders its trace and replay command.
+func replayReport(cfg Config, f *Failure) string {
+	keep := Shrink(cfg, f, 400)
+	c := cfg
+	c.Keep, c.Trace = keep, true
+	r := Run(c)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v\n", f)
+	if r.Failure == nil {
+		fmt.Fprintf(&b, "(shrunk schedule did not fail again; replay the full seed)\n")
+		keep = nil
+		c.Keep = nil
+		r = Run(c)
+	}
+	fmt.Fprintf(&b, "replay: go test ./broker/sim -run 'TestSim$' -sim.seed %d -sim.steps %d", cfg.Seed, cfg.Steps)
+	if cfg.LegacyPeers {
+		b.WriteString(" -sim.legacy")
+	}
+	if off := cfg.Off(); off != "" {
+		b.WriteString(" -sim.off " + off)
+	}
+	if keep != nil {
+		fmt.Fprintf(&b, " -sim.keep %s", FormatKeep(keep))
+	}
+	fmt.Fprintf(&b, "\nshrunk to %d events; trace:\n%s\n", len(keep), strings.Join(r.Trace, "\n"))
+	return b.String()
+}
+
+// TestSim is the simulator run: -sim.seeds seeds of -sim.steps events with
+// every rule on must hold every invariant. -sim.seed N replays one seed.
+func TestSim(t *testing.T) {
+	if *flagSeed != 0 {
+		keep, err := ParseKeep(*flagKeep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Seed: *flagSeed, Steps: *flagSteps, Keep: keep, Trace: true, LegacyPeers: *flagLegacy}
+		if err := cfg.ParseOff(*flagOff); err != nil {
+			t.Fatal(err)
+		}
+		r := Run(cfg)
+		if r.Failure != nil {
+			t.Fatalf("%v\ntrace:\n%s", r.Failure, strings.Join(r.Trace, "\n"))
+		}
+		if *flagTrace {
+			t.Logf("trace:\n%s", strings.Join(r.Trace, "\n"))
+		}
+		t.Logf("seed %d (%s) passed: %s", cfg.Seed, r.Shape, r.Stats)
+		return
+	}
+	outs := sweep(Config{Steps: *flagSteps}, *flagFirst, *flagSeeds, nil)
+	total := newStats()
+	var failed []outcome
+	for _, o := range outs {
+		total.Add(o.res.Stats)
+		if o.res.Failure != nil {
+			failed = append(failed, o)
+		}
+	}
+	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, *flagSteps, total)
+	if len(failed) > 0 {
+		var seeds []string
+		for _, o := range failed {
+			seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
+		}
+		t.Errorf("%d of %d seeds failed: %s", len(failed), *flagSeeds, strings.Join(seeds, " "))
+		o := failed[0]
+		t.Fatalf("first failing seed:\n%s", replayReport(Config{Seed: o.seed, Steps: *flagSteps}, o.res.Failure))
+	}
+}
+
+var flagLegacyStrict = flag.Bool("sim.legacy-strict", false, "TestSim_LegacyPeers fails (instead of skipping) on the known core finding")
+
+// TestSim_LegacyPeers runs the seeds with about half the brokers older
+// builds that present no storage id (a mixed-version cluster), every rule
+// on. It currently finds losses that trace to one known finding in the
+// replication core (docs/testing.md, "Known findings"): a follower that
+// presents no id and comes back with less than its cursor says (wiped)
+// answers an exchange with a mismatch, and the leader keeps its confirmed
+// position, so a fresh report calls it caught up and placement may promote
+// it. Until the core changes, the test reports the failures and their
+// replay and skips; -sim.legacy-strict makes it fail.
+func TestSim_LegacyPeers(t *testing.T) {
+	outs := sweep(Config{Steps: *flagSteps, LegacyPeers: true}, *flagFirst, *flagSeeds, nil)
+	total := newStats()
+	var failed []outcome
+	for _, o := range outs {
+		total.Add(o.res.Stats)
+		if o.res.Failure != nil {
+			failed = append(failed, o)
+		}
+	}
+	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, *flagSteps, total)
+	if len(failed) == 0 {
+		return
+	}
+	var seeds []string
+	for _, o := range failed {
+		seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
+	}
+	o := failed[0]
+	msg := fmt.Sprintf("%d of %d seeds with id-less brokers failed: %s\nfirst failing seed:\n%s", len(failed), len(outs),
+		strings.Join(seeds, " "), replayReport(Config{Seed: o.seed, Steps: *flagSteps, LegacyPeers: true}, o.res.Failure))
+	if *flagLegacyStrict {
+		t.Fatal(msg)
+	}
+	t.Skipf("KNOWN CORE FINDING (see docs/testing.md, Known findings; -sim.legacy-strict to fail):\n%s", msg)
+}

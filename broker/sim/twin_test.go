@@ -1,0 +1,122 @@
+package sim
+
+import (
+	"flag"
+	"testing"
+
+	"felix.dev/felix/broker/placement"
+	"felix.dev/felix/broker/replication"
+)
+
+// twinMustFail runs the test command's seeds with one rule switched off
+// and asserts that the simulator finds a loss (an acknowledged or committed
+// record lost or contradicted, or a promotion of a replica that lacks
+// one). A twin that stops failing fails the build: the rule would no
+// longer be shown load-bearing.
+func twinMustFail(t *testing.T, base Config) {
+	t.Helper()
+	base.Steps = *flagSteps
+	// A loss counts for the twin only where the same seed passes with
+	// every rule on: the switched-off rule made the difference.
+	discriminates := func(f *Failure) bool {
+		if !IsLoss(f.Invariant) {
+			return false
+		}
+		on := base
+		on.Seed, on.Rules, on.Placement, on.NoRestoreRotation = f.Seed, replication.Rules{}, placement.Twin{}, false
+		return Run(on).Failure == nil
+	}
+	outs := sweep(base, *flagFirst, *flagSeeds, discriminates)
+	for _, o := range outs {
+		if f := o.res.Failure; f != nil && discriminates(f) {
+			t.Logf("rules off (%s): loss found at seed %d, which passes with every rule on:\n%s", base.Off(), o.seed,
+				replayReport(withSeed(base, o.seed), f))
+			return
+		}
+	}
+	t.Fatalf("twin (%s off) found no loss in %d seeds from %d that the rule prevents: the rule is no longer shown load-bearing",
+		base.Off(), *flagSeeds, *flagFirst)
+}
+
+// TestTwin_RP3_CursorResetOnNewID: without [RP-3] a follower presenting a
+// new storage id keeps the cursor learned under its lost copy.
+func TestTwin_RP3_CursorResetOnNewID(t *testing.T) {
+	twinMustFail(t, Config{Rules: replication.Rules{DisableIDReset: true}, Placement: placement.Twin{}})
+}
+
+// TestTwin_RP4_IdlePassesAskFollower: without [RP-4] an idle exchange ends
+// "up to date" without asking the follower.
+func TestTwin_RP4_IdlePassesAskFollower(t *testing.T) {
+	twinMustFail(t, Config{Rules: replication.Rules{DisableIdleProbe: true}, LegacyPeers: true})
+}
+
+// TestTwin_RP5_QuorumCountsAnsweredFollowers: without [RP-5] the quorum
+// mark counts every follower at its last confirmed position.
+func TestTwin_RP5_QuorumCountsAnsweredFollowers(t *testing.T) {
+	twinMustFail(t, Config{Rules: replication.Rules{DisablePassCounting: true}, LegacyPeers: true})
+}
+
+// TestTwin_CP1_PlacementIDCheck: without [CP-1] placement counts a
+// follower whatever id it was reported under.
+func TestTwin_CP1_PlacementIDCheck(t *testing.T) {
+	twinMustFail(t, Config{Rules: replication.Rules{}, Placement: placement.Twin{DisableIDCheck: true}})
+}
+
+// TestTwin_Fence_ChangedIDNeverCounts: without the fence id rule the new
+// leader's recovery and fence quorums count replicas whatever id they
+// present, so one whose id changed since placement counted it stands in
+// for the data it lost.
+func TestTwin_Fence_ChangedIDNeverCounts(t *testing.T) {
+	twinMustFail(t, Config{Rules: replication.Rules{DisableFenceIDCheck: true}, Placement: placement.Twin{}})
+}
+
+func withSeed(c Config, seed uint64) Config {
+	c.Seed = seed
+	return c
+}
+
+var flagTwinCounts = flag.Bool("sim.twincounts", false, "TestTwinCounts: run every twin over all seeds and print how many fail, by invariant")
+
+// TestTwinCounts measures the twins (behind -sim.twincounts): for each
+// rule switched off, how many of the seeds fail and with which invariant.
+// The figures go in docs/testing.md.
+func TestTwinCounts(t *testing.T) {
+	if !*flagTwinCounts {
+		t.Skip("measurement only; run with -sim.twincounts")
+	}
+	for _, off := range []string{"", OffRP3, OffRP4, OffRP5, OffCP1, OffFence, OffID3} {
+		for _, legacy := range []bool{false, true} {
+			base := Config{Steps: *flagSteps, LegacyPeers: legacy}
+			if err := base.ParseOff(off); err != nil {
+				t.Fatal(err)
+			}
+			outs := sweep(base, *flagFirst, *flagSeeds, nil)
+			by := map[string]int{}
+			first, disc := uint64(0), 0
+			for _, o := range outs {
+				f := o.res.Failure
+				if f == nil {
+					continue
+				}
+				by[string(f.Invariant)]++
+				on := base
+				on.Seed, on.Rules, on.Placement, on.NoRestoreRotation = o.seed, replication.Rules{}, placement.Twin{}, false
+				if off != "" && IsLoss(f.Invariant) && Run(on).Failure == nil {
+					disc++
+					if first == 0 {
+						first = o.seed
+					}
+				}
+			}
+			t.Logf("off=%-5s legacy=%-5t seeds=%d failing{%s} losses-the-rule-prevents=%d first=%d", off, legacy, *flagSeeds, renderCounts(by), disc, first)
+		}
+	}
+}
+
+// TestTwin_ID3_RestoreRotation: without the incarnation check of [ID-3]
+// (and without restore-point deleting storage-id [ID-5]), a volume restored
+// from an old snapshot keeps its id and stands in for data it no longer
+// holds. The switch lives in the simulator's glue (Config.NoRestoreRotation).
+func TestTwin_ID3_RestoreRotation(t *testing.T) {
+	twinMustFail(t, Config{NoRestoreRotation: true})
+}

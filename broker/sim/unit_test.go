@@ -1,0 +1,75 @@
+package sim
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestSim_Deterministic: the same Config gives the same trace and figures.
+func TestSim_Deterministic(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 21, 98} {
+		cfg := Config{Seed: seed, Steps: 200, Trace: true}
+		a, b := Run(cfg), Run(cfg)
+		if !slices.Equal(a.Trace, b.Trace) || a.Stats.String() != b.Stats.String() {
+			t.Fatalf("seed %d: two runs differ", seed)
+		}
+		if len(a.Trace) < 50 {
+			t.Fatalf("seed %d: trace too short (%d lines)", seed, len(a.Trace))
+		}
+	}
+}
+
+// TestSim_KeepRoundTrip: FormatKeep and ParseKeep agree, and bad input is
+// refused.
+func TestSim_KeepRoundTrip(t *testing.T) {
+	for _, keep := range [][]int{{0}, {0, 1, 2, 5}, {3, 7, 8, 9, 20}} {
+		got, err := ParseKeep(FormatKeep(keep))
+		if err != nil || !slices.Equal(got, keep) {
+			t.Fatalf("%v -> %q -> %v, %v", keep, FormatKeep(keep), got, err)
+		}
+	}
+	for _, bad := range []string{"x", "3-1", "1-", ","} {
+		if _, err := ParseKeep(bad); err == nil {
+			t.Fatalf("ParseKeep(%q) accepted", bad)
+		}
+	}
+}
+
+// TestSim_ShrinkKeepsFailure: a twin's failing seed shrinks to a shorter
+// schedule that still fails with the same invariant.
+func TestSim_ShrinkKeepsFailure(t *testing.T) {
+	cfg := Config{Steps: 300}
+	cfg.ParseOff(OffCP1)
+	for seed := uint64(1); seed <= 200; seed++ {
+		cfg.Seed = seed
+		r := Run(cfg)
+		if r.Failure == nil {
+			continue
+		}
+		keep := Shrink(cfg, r.Failure, 200)
+		if len(keep) == 0 || len(keep) > r.Failure.Step+1 {
+			t.Fatalf("seed %d: shrunk to %d events from %d", seed, len(keep), r.Failure.Step+1)
+		}
+		c := cfg
+		c.Keep = keep
+		again := Run(c)
+		if again.Failure == nil || again.Failure.Invariant != r.Failure.Invariant {
+			t.Fatalf("seed %d: shrunk schedule %s does not fail with %s", seed, FormatKeep(keep), r.Failure.Invariant)
+		}
+		return
+	}
+	t.Fatal("no failing seed to shrink in 200 seeds with [CP-1] off")
+}
+
+// TestSim_ParseOff: every switch name round-trips.
+func TestSim_ParseOff(t *testing.T) {
+	var c Config
+	all := strings.Join([]string{OffRP3, OffRP4, OffRP5, OffFence, OffCP1, OffID3}, ",")
+	if err := c.ParseOff(all); err != nil || c.Off() != all {
+		t.Fatalf("ParseOff(%q): %v, Off()=%q", all, err, c.Off())
+	}
+	if err := c.ParseOff("rp9"); err == nil {
+		t.Fatal("unknown switch accepted")
+	}
+}

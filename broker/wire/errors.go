@@ -1,0 +1,259 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"felix.dev/felix/broker/record"
+)
+
+// Code is a stable numeric error code carried by an Error frame. Numbers are
+// never reused or renumbered; the name is what the CLI prints as "error".
+type Code uint16
+
+// The error codes. codeTable below is the one source of truth for their
+// numbers, names and meaning; docs/protocol.md reproduces it.
+const (
+	// CodeOffsetMismatch: a conditional append or trim saw another tail [TR-1].
+	CodeOffsetMismatch Code = 1
+	// CodeCursorTooOld: a read started below the floor [TR-4].
+	CodeCursorTooOld Code = 2
+	// CodeNotLeader: this broker does not lead the shard.
+	CodeNotLeader Code = 3
+	// CodeFenced: the request's epoch is older than the shard's.
+	CodeFenced Code = 4
+	// CodeShardUnknown: this broker does not hold the shard.
+	CodeShardUnknown Code = 5
+	// CodeRecordTooLarge: a frame, record or batch over a limit.
+	CodeRecordTooLarge Code = 6
+	// CodeBadRequest: an undecodable or invalid request.
+	CodeBadRequest Code = 7
+	// CodeUnavailable: the broker cannot serve the request now.
+	CodeUnavailable Code = 8
+	// CodeUnsupportedVersion: the Hello's version is below the minimum.
+	CodeUnsupportedVersion Code = 9
+)
+
+// CodeInfo describes one error code.
+type CodeInfo struct {
+	Code Code
+	// Name is the stable name printed by the CLI in the "error" field.
+	Name string
+	// Fields names the code-specific fields after the message, in wire order.
+	Fields []string
+	// Doc says when the code is returned.
+	Doc string
+}
+
+var codeTable = []CodeInfo{
+	{CodeOffsetMismatch, "OffsetMismatch", []string{"expected u64", "tail u64"},
+		"A conditional append or trim expected a tail other than the log's next offset; tail is the current one [TR-1]. Nothing was written."},
+	{CodeCursorTooOld, "CursorTooOld", []string{"from u64", "floor u64", "(trim-tag) hasTag u8", "(trim-tag, hasTag=1) trimHeaders headers"},
+		"A read started below the readable start (floor). With the trim-tag feature the headers of the trim that set the floor follow [TR-4]."},
+	{CodeNotLeader, "NotLeader", []string{"leader str", "epoch u64"},
+		"This broker does not lead the shard; leader is a host:port hint, empty when unknown."},
+	{CodeFenced, "Fenced", []string{"epoch u64"},
+		"The request's epoch is older than the shard's current epoch."},
+	{CodeShardUnknown, "ShardUnknown", nil,
+		"This broker does not hold the shard."},
+	{CodeRecordTooLarge, "RecordTooLarge", []string{"limit u64"},
+		"A frame, record or batch is over a limit; limit is the limit that was exceeded. Nothing of the batch was written."},
+	{CodeBadRequest, "BadRequest", nil,
+		"The request cannot be decoded or is invalid (unknown type, empty batch, trailing bytes, ...)."},
+	{CodeUnavailable, "Unavailable", nil,
+		"The broker cannot serve the request now (starting, draining, storage failing). Safe to retry an unconditional request elsewhere or later."},
+	{CodeUnsupportedVersion, "UnsupportedVersion", nil,
+		"The Hello asked for a protocol version this broker does not speak; the connection is closed."},
+}
+
+// Codes returns the table of error codes, in numeric order.
+func Codes() []CodeInfo { return append([]CodeInfo(nil), codeTable...) }
+
+// Info returns the table entry for c.
+func (c Code) Info() (CodeInfo, bool) {
+	for _, ci := range codeTable {
+		if ci.Code == c {
+			return ci, true
+		}
+	}
+	return CodeInfo{}, false
+}
+
+// String returns the code's stable name, or "Code(n)" for an unknown code.
+func (c Code) String() string {
+	if ci, ok := c.Info(); ok {
+		return ci.Name
+	}
+	return fmt.Sprintf("Code(%d)", uint16(c))
+}
+
+// Error is a decoded Error frame, and the error value brokers and the client
+// use for protocol errors. Only the fields of its Code are meaningful.
+type Error struct {
+	Code    Code
+	Message string
+
+	// OffsetMismatch.
+	Expected uint64
+	Tail     uint64
+	// CursorTooOld; From is shared with no other code.
+	From  uint64
+	Floor uint64
+	// HasTag is true when the trim tag was negotiated and a trim set the
+	// floor; TrimHeaders are that trim's headers [TR-4].
+	HasTag      bool
+	TrimHeaders []record.Header
+	// NotLeader and Fenced.
+	Leader string
+	Epoch  uint64
+	// RecordTooLarge.
+	Limit uint64
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code.String()
+	}
+	return e.Code.String() + ": " + e.Message
+}
+
+// Is matches the record package's sentinels, so errors.Is(err,
+// record.ErrOffsetMismatch) holds for a wire OffsetMismatch.
+func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case CodeOffsetMismatch:
+		return target == record.ErrOffsetMismatch
+	case CodeCursorTooOld:
+		return target == record.ErrCursorTooOld
+	case CodeShardUnknown:
+		return target == record.ErrShardUnknown
+	case CodeRecordTooLarge:
+		return target == record.ErrRecordTooLarge
+	}
+	return false
+}
+
+// RecordError returns the record package's typed error for codes that have
+// one (*record.OffsetMismatchError, *record.CursorTooOldError), else e.
+func (e *Error) RecordError() error {
+	switch e.Code {
+	case CodeOffsetMismatch:
+		return &record.OffsetMismatchError{Expected: e.Expected, Tail: e.Tail}
+	case CodeCursorTooOld:
+		return &record.CursorTooOldError{From: e.From, Floor: e.Floor, TrimHeaders: e.TrimHeaders}
+	}
+	return e
+}
+
+// ErrorFrom maps an error from storage or the server to the Error sent on
+// the wire. Unrecognised errors become Unavailable, with their text.
+func ErrorFrom(err error) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return we
+	}
+	var om *record.OffsetMismatchError
+	if errors.As(err, &om) {
+		return &Error{Code: CodeOffsetMismatch, Message: err.Error(), Expected: om.Expected, Tail: om.Tail}
+	}
+	var ct *record.CursorTooOldError
+	if errors.As(err, &ct) {
+		return &Error{Code: CodeCursorTooOld, Message: err.Error(), From: ct.From, Floor: ct.Floor,
+			HasTag: ct.TrimHeaders != nil, TrimHeaders: ct.TrimHeaders}
+	}
+	switch {
+	case errors.Is(err, record.ErrShardUnknown):
+		return &Error{Code: CodeShardUnknown, Message: err.Error()}
+	case errors.Is(err, record.ErrRecordTooLarge):
+		return &Error{Code: CodeRecordTooLarge, Message: err.Error()}
+	case errors.Is(err, ErrMalformed):
+		return &Error{Code: CodeBadRequest, Message: err.Error()}
+	}
+	return &Error{Code: CodeUnavailable, Message: err.Error()}
+}
+
+// EncodeError returns the body of an Error frame. feats are the features
+// negotiated on the connection: the CursorTooOld tag fields are written only
+// when FeatureTrimTag is among them [TR-4].
+func EncodeError(e *Error, feats Features) ([]byte, error) {
+	if err := checkStr("error message", e.Message); err != nil {
+		return nil, err
+	}
+	en := enc{b: make([]byte, 0, 32+len(e.Message))}
+	en.u16(uint16(e.Code))
+	en.str(e.Message)
+	switch e.Code {
+	case CodeOffsetMismatch:
+		en.u64(e.Expected)
+		en.u64(e.Tail)
+	case CodeCursorTooOld:
+		en.u64(e.From)
+		en.u64(e.Floor)
+		if feats.Has(FeatureTrimTag) {
+			if e.HasTag {
+				if err := checkHeaders(e.TrimHeaders); err != nil {
+					return nil, err
+				}
+				en.u8(1)
+				en.headers(e.TrimHeaders)
+			} else {
+				en.u8(0)
+			}
+		}
+	case CodeNotLeader:
+		if err := checkStr("leader", e.Leader); err != nil {
+			return nil, err
+		}
+		en.str(e.Leader)
+		en.u64(e.Epoch)
+	case CodeFenced:
+		en.u64(e.Epoch)
+	case CodeRecordTooLarge:
+		en.u64(e.Limit)
+	}
+	return en.b, nil
+}
+
+// DecodeError decodes an Error body under the connection's features.
+// Unknown codes decode with their message and no fields; bytes after the
+// known fields of an unknown code are ignored so newer codes stay readable.
+func DecodeError(b []byte, feats Features) (*Error, error) {
+	d := dec{b: b}
+	e := &Error{Code: Code(d.u16("code")), Message: d.str("message")}
+	switch e.Code {
+	case CodeOffsetMismatch:
+		e.Expected = d.u64("expected")
+		e.Tail = d.u64("tail")
+	case CodeCursorTooOld:
+		e.From = d.u64("from")
+		e.Floor = d.u64("floor")
+		if feats.Has(FeatureTrimTag) {
+			switch d.u8("hasTag") {
+			case 0:
+			case 1:
+				e.HasTag = true
+				e.TrimHeaders = d.headers("trim headers")
+				if e.TrimHeaders == nil {
+					e.TrimHeaders = []record.Header{}
+				}
+			default:
+				d.fail("hasTag must be 0 or 1")
+			}
+		}
+	case CodeNotLeader:
+		e.Leader = d.str("leader")
+		e.Epoch = d.u64("epoch")
+	case CodeFenced:
+		e.Epoch = d.u64("epoch")
+	case CodeRecordTooLarge:
+		e.Limit = d.u64("limit")
+	default:
+		if _, known := e.Code.Info(); !known && d.err == nil {
+			return e, nil
+		}
+	}
+	if err := d.end("error"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}

@@ -1,0 +1,52 @@
+package wire
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Features is the set of optional protocol features, one bit each. A side
+// offers the bits it understands in its Hello; the broker answers with the
+// intersection, and only the bits in that intersection change any frame on
+// the connection. A peer that offers no bit sees exactly the version-1
+// frames.
+type Features uint64
+
+const (
+	// FeatureStorageID: the Hello and HelloOK carry the sender's 16-byte
+	// storage id as an extension, so a leader can ask which copy of the
+	// data a follower's connection describes [RP-2].
+	FeatureStorageID Features = 1 << 0
+	// FeatureTrimTag: a CursorTooOld error carries the headers of the trim
+	// that set the floor [TR-4].
+	FeatureTrimTag Features = 1 << 1
+)
+
+// KnownFeatures is every bit this implementation understands.
+const KnownFeatures = FeatureStorageID | FeatureTrimTag
+
+// Has reports whether every bit of b is set in f.
+func (f Features) Has(b Features) bool { return f&b == b }
+
+// String lists the set bits by name, e.g. "storage-id|trim-tag".
+func (f Features) String() string {
+	if f == 0 {
+		return "none"
+	}
+	var parts []string
+	for bit := 0; bit < 64; bit++ {
+		b := Features(1) << bit
+		if f&b == 0 {
+			continue
+		}
+		switch b {
+		case FeatureStorageID:
+			parts = append(parts, "storage-id")
+		case FeatureTrimTag:
+			parts = append(parts, "trim-tag")
+		default:
+			parts = append(parts, fmt.Sprintf("bit%d", bit))
+		}
+	}
+	return strings.Join(parts, "|")
+}

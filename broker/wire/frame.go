@@ -1,0 +1,120 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// FrameHeaderSize is the size of a frame's fixed prefix: a 4-byte length, a
+// 1-byte message type and a 4-byte request id.
+const FrameHeaderSize = 9
+
+// frameFixed is the part of the fixed prefix counted by the length field.
+const frameFixed = FrameHeaderSize - 4
+
+// DefaultMaxFrameSize is the largest frame (length field value) a broker
+// accepts unless configured otherwise.
+const DefaultMaxFrameSize = 16 << 20
+
+// Frame is one protocol unit: a message type, the request id that pairs a
+// response with its request, and the message body. The body is owned by the
+// Frame; ReadFrame never reuses it.
+type Frame struct {
+	Type  MsgType
+	ReqID uint32
+	Body  []byte
+}
+
+// ErrFrameTooShort is returned for a length field smaller than the fixed
+// part of a frame.
+var ErrFrameTooShort = errors.New("wire: frame length below minimum")
+
+// FrameTooLargeError is returned by ReadFrame for a length field above the
+// reader's limit. Nothing past the length field has been consumed.
+type FrameTooLargeError struct {
+	Size  uint64
+	Limit uint64
+}
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("wire: frame of %d bytes exceeds the limit of %d", e.Size, e.Limit)
+}
+
+// AppendFrame appends the encoding of f to dst and returns the result.
+func AppendFrame(dst []byte, f Frame) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(frameFixed+len(f.Body)))
+	dst = append(dst, byte(f.Type))
+	dst = binary.BigEndian.AppendUint32(dst, f.ReqID)
+	return append(dst, f.Body...)
+}
+
+// WriteFrame writes f to w in one Write call.
+func WriteFrame(w io.Writer, f Frame) error {
+	_, err := w.Write(AppendFrame(make([]byte, 0, FrameHeaderSize+len(f.Body)), f))
+	return err
+}
+
+// ReadFrame reads one frame from r. maxSize bounds the length field (the
+// bytes after it); a larger value returns *FrameTooLargeError before any body
+// byte is read or allocated. io.EOF is returned only when r ends exactly at a
+// frame boundary; a frame cut short returns io.ErrUnexpectedEOF.
+func ReadFrame(r *bufio.Reader, maxSize uint32) (Frame, error) {
+	var hdr [FrameHeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
+		return Frame{}, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:4])
+	if n < frameFixed {
+		return Frame{}, fmt.Errorf("%w: %d", ErrFrameTooShort, n)
+	}
+	if n > maxSize {
+		return Frame{}, &FrameTooLargeError{Size: uint64(n), Limit: uint64(maxSize)}
+	}
+	if _, err := io.ReadFull(r, hdr[4:]); err != nil {
+		return Frame{}, unexpected(err)
+	}
+	f := Frame{Type: MsgType(hdr[4]), ReqID: binary.BigEndian.Uint32(hdr[5:9])}
+	if body := int(n) - frameFixed; body > 0 {
+		f.Body = make([]byte, body)
+		if _, err := io.ReadFull(r, f.Body); err != nil {
+			return Frame{}, unexpected(err)
+		}
+	}
+	return f, nil
+}
+
+// DecodeFrame decodes one frame from the start of b, returning it and the
+// number of bytes consumed. It is the buffer form of ReadFrame, used by
+// fuzzing and by callers holding whole buffers. io.ErrUnexpectedEOF means b
+// holds only part of a frame.
+func DecodeFrame(b []byte, maxSize uint32) (Frame, int, error) {
+	if len(b) < 4 {
+		return Frame{}, 0, io.ErrUnexpectedEOF
+	}
+	n := binary.BigEndian.Uint32(b[:4])
+	if n < frameFixed {
+		return Frame{}, 0, fmt.Errorf("%w: %d", ErrFrameTooShort, n)
+	}
+	if n > maxSize {
+		return Frame{}, 0, &FrameTooLargeError{Size: uint64(n), Limit: uint64(maxSize)}
+	}
+	total := 4 + int(n)
+	if len(b) < total {
+		return Frame{}, 0, io.ErrUnexpectedEOF
+	}
+	f := Frame{Type: MsgType(b[4]), ReqID: binary.BigEndian.Uint32(b[5:9])}
+	if total > FrameHeaderSize {
+		f.Body = append([]byte(nil), b[FrameHeaderSize:total]...)
+	}
+	return f, total, nil
+}
+
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,190 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"felix.dev/felix/broker/record"
+)
+
+func TestReadFrameLimits(t *testing.T) {
+	good := AppendFrame(nil, Frame{Type: MsgDescribe, ReqID: 7, Body: []byte{1, 2, 3}})
+	tests := []struct {
+		name    string
+		in      []byte
+		max     uint32
+		wantErr func(error) bool
+	}{
+		{"whole frame", good, 64, func(err error) bool { return err == nil }},
+		{"clean end", nil, 64, func(err error) bool { return errors.Is(err, io.EOF) }},
+		{"half length", good[:2], 64, func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},
+		{"half header", good[:6], 64, func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},
+		{"half body", good[:len(good)-1], 64, func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},
+		{"oversized", good, 7, func(err error) bool {
+			var tl *FrameTooLargeError
+			return errors.As(err, &tl) && tl.Size == 8 && tl.Limit == 7
+		}},
+		{"length below fixed part", []byte{0, 0, 0, 4, 1, 0, 0, 0}, 64, func(err error) bool { return errors.Is(err, ErrFrameTooShort) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := ReadFrame(bufio.NewReader(bytes.NewReader(tc.in)), tc.max)
+			if !tc.wantErr(err) {
+				t.Fatalf("ReadFrame: unexpected error %v", err)
+			}
+			_, _, derr := DecodeFrame(tc.in, tc.max)
+			if tc.in != nil && (err == nil) != (derr == nil) {
+				t.Fatalf("DecodeFrame disagrees with ReadFrame: %v vs %v", derr, err)
+			}
+			if err == nil && (f.Type != MsgDescribe || f.ReqID != 7 || !bytes.Equal(f.Body, []byte{1, 2, 3})) {
+				t.Fatalf("frame = %+v", f)
+			}
+		})
+	}
+}
+
+// TestRP2_PeerWithoutBitsSeesVersion1Frames: a peer that offers no feature
+// bit gets the same HelloOK and CursorTooOld bytes whatever the broker
+// supports or knows.
+func TestRP2_PeerWithoutBitsSeesVersion1Frames(t *testing.T) {
+	v, feats, err := Negotiate(Hello{Version: 1}, KnownFeatures)
+	if err != nil || v != 1 || feats != 0 {
+		t.Fatalf("Negotiate = %d, %v, %v; want 1, none, nil", v, feats, err)
+	}
+	withID, err := EncodeHelloOK(HelloOK{Version: v, Features: feats, StorageID: sampleID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, _ := EncodeHelloOK(HelloOK{Version: v})
+	if !bytes.Equal(withID, without) {
+		t.Fatalf("HelloOK carries the storage id to a peer that did not offer the bit: %x", withID)
+	}
+	tagged := &Error{Code: CodeCursorTooOld, From: 1, Floor: 5, HasTag: true, TrimHeaders: []record.Header{{Key: "epoch", Value: []byte("3")}}}
+	plain := &Error{Code: CodeCursorTooOld, From: 1, Floor: 5}
+	a, _ := EncodeError(tagged, feats)
+	b, _ := EncodeError(plain, feats)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("CursorTooOld carries a tag field to a peer that did not negotiate it")
+	}
+}
+
+func TestRP2_StorageIDNegotiated(t *testing.T) {
+	hb, err := EncodeHello(Hello{Version: 1, Features: FeatureStorageID, StorageID: sampleID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := DecodeHello(hb)
+	if err != nil || !bytes.Equal(h.StorageID, sampleID) {
+		t.Fatalf("DecodeHello = %+v, %v", h, err)
+	}
+	_, feats, _ := Negotiate(h, KnownFeatures)
+	if !feats.Has(FeatureStorageID) || feats.Has(FeatureTrimTag) {
+		t.Fatalf("accepted %v, want storage-id only", feats)
+	}
+	// A broker that does not support the bit accepts none.
+	if _, f, _ := Negotiate(h, 0); f != 0 {
+		t.Fatalf("accepted %v from a broker supporting nothing", f)
+	}
+	// Unknown extensions and unknown bits from a newer peer are skipped.
+	newer := append(append([]byte(nil), hb...), 0x7e, 0x00, 0x02, 0xaa, 0xbb)
+	newer[4+2+7] |= 0x80 // an unknown bit (bit 7) in the features
+	h2, err := DecodeHello(newer)
+	if err != nil || !bytes.Equal(h2.StorageID, sampleID) {
+		t.Fatalf("newer hello: %+v, %v", h2, err)
+	}
+	if _, f, _ := Negotiate(h2, KnownFeatures); f != FeatureStorageID {
+		t.Fatalf("accepted %v, want storage-id", f)
+	}
+}
+
+func TestTR4_CursorTooOldCarriesTagOnlyWhenNegotiated(t *testing.T) {
+	e := &Error{Code: CodeCursorTooOld, From: 1, Floor: 5, HasTag: true, TrimHeaders: []record.Header{{Key: "epoch", Value: []byte("3")}}}
+	for _, feats := range []Features{0, FeatureStorageID, FeatureTrimTag, FeatureTrimTag | FeatureStorageID} {
+		b, err := EncodeError(e, feats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeError(b, feats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := feats.Has(FeatureTrimTag)
+		if got.HasTag != want || (len(got.TrimHeaders) == 1) != want {
+			t.Fatalf("features %v: HasTag=%v headers=%v", feats, got.HasTag, got.TrimHeaders)
+		}
+		var too *record.CursorTooOldError
+		if !errors.As(got.RecordError(), &too) || too.Floor != 5 {
+			t.Fatalf("RecordError = %v", got.RecordError())
+		}
+	}
+}
+
+func TestNegotiateRefusesOldVersion(t *testing.T) {
+	_, _, err := Negotiate(Hello{Version: 0}, KnownFeatures)
+	var we *Error
+	if !errors.As(err, &we) || we.Code != CodeUnsupportedVersion {
+		t.Fatalf("err = %v, want UnsupportedVersion", err)
+	}
+	if v, _, err := Negotiate(Hello{Version: 9}, KnownFeatures); err != nil || v != ProtocolVersion {
+		t.Fatalf("newer client: v=%d err=%v", v, err)
+	}
+}
+
+func TestErrorCodeTableIsStable(t *testing.T) {
+	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
+		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion"}
+	seen := map[string]bool{}
+	for _, ci := range Codes() {
+		if want[ci.Code] != ci.Name {
+			t.Errorf("code %d is named %q, want %q", ci.Code, ci.Name, want[ci.Code])
+		}
+		if seen[ci.Name] {
+			t.Errorf("name %q used twice", ci.Name)
+		}
+		seen[ci.Name] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("table has %d codes, want %d", len(seen), len(want))
+	}
+}
+
+func TestErrorFromRecordErrors(t *testing.T) {
+	tests := []struct {
+		err  error
+		code Code
+	}{
+		{&record.OffsetMismatchError{Expected: 1, Tail: 2}, CodeOffsetMismatch},
+		{&record.CursorTooOldError{From: 1, Floor: 2}, CodeCursorTooOld},
+		{record.ErrShardUnknown, CodeShardUnknown},
+		{record.ErrRecordTooLarge, CodeRecordTooLarge},
+		{ErrMalformed, CodeBadRequest},
+		{record.ErrClosed, CodeUnavailable},
+	}
+	for _, tc := range tests {
+		if got := ErrorFrom(tc.err); got.Code != tc.code {
+			t.Errorf("ErrorFrom(%v).Code = %v, want %v", tc.err, got.Code, tc.code)
+		}
+	}
+	om := ErrorFrom(&record.OffsetMismatchError{Expected: 1, Tail: 2})
+	if !errors.Is(om, record.ErrOffsetMismatch) || om.Tail != 2 {
+		t.Fatalf("OffsetMismatch lost its tail or sentinel: %+v", om)
+	}
+}
+
+func TestAppendAppendFrameEqualsTwoStepEncoding(t *testing.T) {
+	tail := uint64(9)
+	r := AppendRequest{Shard: ShardRef{Stream: "s", Shard: 1}, ExpectTail: &tail,
+		Records: []record.Record{{Payload: []byte("p"), Headers: []record.Header{{Key: "k", Value: []byte("v")}}}}}
+	body, err := EncodeAppend(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := AppendFrame([]byte("prefix"), Frame{Type: MsgAppend, ReqID: 77, Body: body})
+	got, err := AppendAppendFrame([]byte("prefix"), 77, r)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("AppendAppendFrame = %x, %v\nwant %x", got, err, want)
+	}
+}

@@ -1,0 +1,158 @@
+package wire
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// decodeBody decodes a body by message type under feats and re-encodes it.
+// ok is false when the body does not decode or the type carries no message.
+func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
+	var err error
+	switch f.Type {
+	case MsgHello:
+		var h Hello
+		if h, err = DecodeHello(f.Body); err == nil {
+			_, err = EncodeHello(h)
+		}
+		return nil, err == nil // extensions are skipped: no canonical form
+	case MsgHelloOK:
+		var h HelloOK
+		if h, err = DecodeHelloOK(f.Body); err == nil {
+			_, err = EncodeHelloOK(h)
+		}
+		return nil, err == nil
+	case MsgAppend:
+		var r AppendRequest
+		if r, err = DecodeAppend(f.Body); err == nil {
+			re, err = EncodeAppend(r)
+		}
+	case MsgAppendOK:
+		var r AppendOK
+		if r, err = DecodeAppendOK(f.Body); err == nil {
+			re = EncodeAppendOK(r)
+		}
+	case MsgRead:
+		var r ReadRequest
+		if r, err = DecodeRead(f.Body); err == nil {
+			re, err = EncodeRead(r)
+		}
+	case MsgReadOK:
+		var r ReadOK
+		if r, err = DecodeReadOK(f.Body); err == nil {
+			re, err = EncodeReadOK(r)
+		}
+	case MsgTrim:
+		var r TrimRequest
+		if r, err = DecodeTrim(f.Body); err == nil {
+			re, err = EncodeTrim(r)
+		}
+	case MsgTrimOK:
+		var r TrimOK
+		if r, err = DecodeTrimOK(f.Body); err == nil {
+			re = EncodeTrimOK(r)
+		}
+	case MsgDescribe:
+		var r DescribeRequest
+		if r, err = DecodeDescribe(f.Body); err == nil {
+			re, err = EncodeDescribe(r)
+		}
+	case MsgDescribeOK:
+		var r DescribeOK
+		if r, err = DecodeDescribeOK(f.Body); err == nil {
+			re = EncodeDescribeOK(r)
+		}
+	case MsgError:
+		var e *Error
+		if e, err = DecodeError(f.Body, feats); err == nil {
+			if _, known := e.Code.Info(); !known {
+				return nil, true // unknown codes keep no fields
+			}
+			re, err = EncodeError(e, feats)
+		}
+	default:
+		return nil, false
+	}
+	return re, err == nil
+}
+
+// FuzzDecodeFrame feeds outside bytes to the frame decoder and every body
+// decoder. Nothing may panic or allocate beyond the input's size, and every
+// body that decodes must re-encode to exactly the same bytes.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, tc := range goldenCases() {
+		fr, err := tc.frame()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(AppendFrame(nil, fr), tc.feats.Has(FeatureTrimTag))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, tag bool) {
+		const limit = 1 << 16
+		feats := Features(0)
+		if tag {
+			feats = FeatureTrimTag
+		}
+		for len(in) > 0 {
+			fr, n, err := DecodeFrame(in, limit)
+			if err != nil {
+				return
+			}
+			if n < FrameHeaderSize || n > len(in) {
+				t.Fatalf("consumed %d of %d", n, len(in))
+			}
+			in = in[n:]
+			re, ok := decodeBody(fr, feats)
+			if ok && re != nil && !bytes.Equal(re, fr.Body) {
+				t.Fatalf("%v body is not canonical:\n in %x\nout %x", fr.Type, fr.Body, re)
+			}
+		}
+	})
+}
+
+// TestWriteFuzzSeedCorpus keeps testdata/fuzz/FuzzDecodeFrame in step with
+// the golden vectors; it writes only with -update.
+func TestWriteFuzzSeedCorpus(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeFrame")
+	if !*update {
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) < len(goldenCases()) {
+			t.Fatalf("seed corpus missing or short (%d files, err %v); run go test -update", len(entries), err)
+		}
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	extra := map[string][]byte{
+		"garbage":         []byte("GET / HTTP/1.1\r\n\r\n"),
+		"half_frame":      {0, 0, 0, 40, 0x10, 0, 0},
+		"huge_count":      AppendFrame(nil, Frame{Type: MsgAppend, ReqID: 1, Body: []byte{0, 1, 'x', 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}}),
+		"huge_headers":    AppendFrame(nil, Frame{Type: MsgTrim, ReqID: 1, Body: append([]byte{0, 1, 'x', 0, 0, 0, 0}, append(make([]byte, 16), 0xff, 0xff)...)}),
+		"unknown_type":    AppendFrame(nil, Frame{Type: 0x55, ReqID: 1}),
+		"reserved_ship":   AppendFrame(nil, Frame{Type: MsgShip, ReqID: 1, Body: []byte{1, 2, 3}}),
+		"unknown_code":    AppendFrame(nil, Frame{Type: MsgError, ReqID: 1, Body: []byte{0x01, 0x00, 0, 0, 9, 9}}),
+		"short_length":    {0, 0, 0, 1, 0},
+		"two_frames":      append(AppendFrame(nil, Frame{Type: MsgAppendOK, ReqID: 1, Body: make([]byte, 16)}), AppendFrame(nil, Frame{Type: MsgTrimOK, ReqID: 2, Body: make([]byte, 16)})...),
+		"too_large_frame": {0x7f, 0xff, 0xff, 0xff, 0x10},
+	}
+	write := func(name string, b []byte, tag bool) {
+		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbool(%v)\n", b, tag)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range goldenCases() {
+		fr, err := tc.frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(tc.name, AppendFrame(nil, fr), tc.feats.Has(FeatureTrimTag))
+	}
+	for name, b := range extra {
+		write(name, b, false)
+	}
+}

@@ -1,0 +1,374 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"felix.dev/felix/broker/record"
+)
+
+// ShardRef names the shard a request addresses: stream name (at most 65535
+// bytes of UTF-8) and shard number. Requests address the shard's data log.
+type ShardRef = record.ShardID
+
+// AppendRequest appends Records to a shard as one batch: all land at
+// consecutive offsets or none do. When ExpectTail is set the batch lands only
+// if the shard's next offset equals it [TR-1]. Only Headers and Payload of
+// each record are sent; the broker assigns offsets, epoch and timestamp.
+type AppendRequest struct {
+	Shard      ShardRef
+	ExpectTail *uint64
+	Records    []record.Record
+}
+
+// AppendOK answers an append: the batch occupies [First, Tail).
+type AppendOK struct {
+	First uint64
+	Tail  uint64
+}
+
+// FromKind says where a read starts.
+type FromKind uint8
+
+const (
+	// FromOffset starts at ReadRequest.Offset; below the floor it fails
+	// with CursorTooOld [TR-4].
+	FromOffset FromKind = 0
+	// FromEarliest starts at the floor (the readable start) [TR-4].
+	FromEarliest FromKind = 1
+	// FromLatest starts at the tail: only records appended later are read.
+	FromLatest FromKind = 2
+)
+
+// ReadRequest asks for data records of a shard from a start position,
+// bounded by MaxRecords and MaxBytes (payload plus header bytes; at least
+// one record is returned when any is available, however large). With
+// WaitMillis > 0 and nothing to return, the broker waits up to that long for
+// new records before answering (follow mode).
+type ReadRequest struct {
+	Shard      ShardRef
+	From       FromKind
+	Offset     uint64
+	MaxRecords uint32
+	MaxBytes   uint32
+	WaitMillis uint32
+}
+
+// ReadOK answers a read. Records are data records in offset order
+// (bookkeeping records such as trims are skipped). Next is where the
+// following read should start; it moves past skipped records too.
+type ReadOK struct {
+	Next    uint64
+	Records []record.Record
+}
+
+// TrimRequest asks for a conditional head trim: a trim record carrying
+// Headers and Floor is appended only if the tail equals ExpectTail, and a
+// trim at or below the current floor writes nothing but still checks the
+// tail [TR-2] [TR-3].
+type TrimRequest struct {
+	Shard      ShardRef
+	Floor      uint64
+	ExpectTail uint64
+	Headers    []record.Header
+}
+
+// TrimOK answers a trim with the shard's tail and floor after it.
+type TrimOK struct {
+	Tail  uint64
+	Floor uint64
+}
+
+// DescribeRequest asks for a shard's positions.
+type DescribeRequest struct {
+	Shard ShardRef
+}
+
+// DescribeOK answers a describe: Base is the shard's first offset, Floor the
+// readable start, Tail the next offset, Committed the acknowledged position
+// (records below it are durable under the shard's ack mode).
+type DescribeOK struct {
+	Base      uint64
+	Floor     uint64
+	Tail      uint64
+	Committed uint64
+}
+
+func (e *enc) shard(s ShardRef) {
+	e.str(s.Stream)
+	e.u32(s.Shard)
+}
+
+func (d *dec) shard() ShardRef {
+	s := ShardRef{Stream: d.str("stream"), Shard: d.u32("shard")}
+	if d.err == nil && s.Stream == "" {
+		d.fail("empty stream name")
+	}
+	return s
+}
+
+func checkShard(s ShardRef) error {
+	if s.Stream == "" {
+		return fmt.Errorf("%w: empty stream name", ErrMalformed)
+	}
+	return checkStr("stream", s.Stream)
+}
+
+// minRecordSize is the encoded size of a record without headers or payload.
+const minRecordSize = 2 + 4
+
+// EncodeAppend returns the body of an Append frame.
+func EncodeAppend(r AppendRequest) ([]byte, error) {
+	return appendAppendBody(nil, r)
+}
+
+// AppendAppendFrame appends a whole Append frame (prefix and body) with
+// request id reqID to dst, encoding the records once, in place.
+func AppendAppendFrame(dst []byte, reqID uint32, r AppendRequest) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, make([]byte, FrameHeaderSize)...)
+	out, err := appendAppendBody(dst, r)
+	if err != nil {
+		return dst[:start], err
+	}
+	binary.BigEndian.PutUint32(out[start:], uint32(len(out)-start-4))
+	out[start+4] = byte(MsgAppend)
+	binary.BigEndian.PutUint32(out[start+5:], reqID)
+	return out, nil
+}
+
+func appendAppendBody(dst []byte, r AppendRequest) ([]byte, error) {
+	if err := checkShard(r.Shard); err != nil {
+		return nil, err
+	}
+	size := 32 + len(r.Shard.Stream)
+	for _, rec := range r.Records {
+		if err := checkHeaders(rec.Headers); err != nil {
+			return nil, err
+		}
+		if len(rec.Payload) > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: payload of %d bytes", ErrMalformed, len(rec.Payload))
+		}
+		size += minRecordSize + len(rec.Payload)
+		for _, h := range rec.Headers {
+			size += minHeaderSize + len(h.Key) + len(h.Value)
+		}
+	}
+	if cap(dst)-len(dst) < size {
+		dst = append(make([]byte, 0, len(dst)+size), dst...)
+	}
+	e := enc{b: dst}
+	e.shard(r.Shard)
+	if r.ExpectTail != nil {
+		e.u8(1)
+		e.u64(*r.ExpectTail)
+	} else {
+		e.u8(0)
+	}
+	e.u32(uint32(len(r.Records)))
+	for _, rec := range r.Records {
+		e.headers(rec.Headers)
+		e.bytes(rec.Payload)
+	}
+	return e.b, nil
+}
+
+// DecodeAppend decodes an Append body. Records carry Kind data and their
+// Headers and Payload.
+func DecodeAppend(b []byte) (AppendRequest, error) {
+	d := dec{b: b}
+	r := AppendRequest{Shard: d.shard()}
+	switch d.u8("flags") {
+	case 0:
+	case 1:
+		t := d.u64("expect tail")
+		r.ExpectTail = &t
+	default:
+		d.fail("append flags must be 0 or 1")
+	}
+	n := int(d.u32("record count"))
+	if d.err == nil && n*minRecordSize > d.remaining() {
+		d.fail("%d records cannot fit in %d bytes", n, d.remaining())
+	}
+	if d.err == nil && n > 0 {
+		r.Records = make([]record.Record, 0, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			hs := d.headers("headers")
+			p := d.bytes("payload")
+			r.Records = append(r.Records, record.Record{Kind: record.KindData, Headers: hs, Payload: p})
+		}
+	}
+	return r, d.end("append")
+}
+
+// EncodeAppendOK returns the body of an AppendOK frame.
+func EncodeAppendOK(r AppendOK) []byte {
+	e := enc{b: make([]byte, 0, 16)}
+	e.u64(r.First)
+	e.u64(r.Tail)
+	return e.b
+}
+
+// DecodeAppendOK decodes an AppendOK body.
+func DecodeAppendOK(b []byte) (AppendOK, error) {
+	d := dec{b: b}
+	r := AppendOK{First: d.u64("first"), Tail: d.u64("tail")}
+	return r, d.end("append ok")
+}
+
+// EncodeRead returns the body of a Read frame.
+func EncodeRead(r ReadRequest) ([]byte, error) {
+	if err := checkShard(r.Shard); err != nil {
+		return nil, err
+	}
+	if r.From > FromLatest {
+		return nil, fmt.Errorf("%w: from kind %d", ErrMalformed, r.From)
+	}
+	e := enc{b: make([]byte, 0, 32+len(r.Shard.Stream))}
+	e.shard(r.Shard)
+	e.u8(uint8(r.From))
+	e.u64(r.Offset)
+	e.u32(r.MaxRecords)
+	e.u32(r.MaxBytes)
+	e.u32(r.WaitMillis)
+	return e.b, nil
+}
+
+// DecodeRead decodes a Read body.
+func DecodeRead(b []byte) (ReadRequest, error) {
+	d := dec{b: b}
+	r := ReadRequest{Shard: d.shard(), From: FromKind(d.u8("from"))}
+	if d.err == nil && r.From > FromLatest {
+		d.fail("from kind %d", r.From)
+	}
+	r.Offset = d.u64("offset")
+	r.MaxRecords = d.u32("max records")
+	r.MaxBytes = d.u32("max bytes")
+	r.WaitMillis = d.u32("wait millis")
+	return r, d.end("read")
+}
+
+// readRecordFixed is offset, epoch and timestamp.
+const readRecordFixed = 8 + 8 + 8
+
+// EncodeReadOK returns the body of a ReadOK frame.
+func EncodeReadOK(r ReadOK) ([]byte, error) {
+	size := 12
+	for _, rec := range r.Records {
+		if err := checkHeaders(rec.Headers); err != nil {
+			return nil, err
+		}
+		size += readRecordFixed + minRecordSize + len(rec.Payload)
+		for _, h := range rec.Headers {
+			size += minHeaderSize + len(h.Key) + len(h.Value)
+		}
+	}
+	e := enc{b: make([]byte, 0, size)}
+	e.u64(r.Next)
+	e.u32(uint32(len(r.Records)))
+	for _, rec := range r.Records {
+		e.u64(rec.Offset)
+		e.u64(rec.Epoch)
+		e.u64(uint64(rec.Timestamp))
+		e.headers(rec.Headers)
+		e.bytes(rec.Payload)
+	}
+	return e.b, nil
+}
+
+// DecodeReadOK decodes a ReadOK body.
+func DecodeReadOK(b []byte) (ReadOK, error) {
+	d := dec{b: b}
+	r := ReadOK{Next: d.u64("next")}
+	n := int(d.u32("record count"))
+	if d.err == nil && n*(readRecordFixed+minRecordSize) > d.remaining() {
+		d.fail("%d records cannot fit in %d bytes", n, d.remaining())
+	}
+	if d.err == nil && n > 0 {
+		r.Records = make([]record.Record, 0, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			rec := record.Record{Kind: record.KindData}
+			rec.Offset = d.u64("offset")
+			rec.Epoch = d.u64("epoch")
+			rec.Timestamp = int64(d.u64("timestamp"))
+			rec.Headers = d.headers("headers")
+			rec.Payload = d.bytes("payload")
+			r.Records = append(r.Records, rec)
+		}
+	}
+	return r, d.end("read ok")
+}
+
+// EncodeTrim returns the body of a Trim frame.
+func EncodeTrim(r TrimRequest) ([]byte, error) {
+	if err := checkShard(r.Shard); err != nil {
+		return nil, err
+	}
+	if err := checkHeaders(r.Headers); err != nil {
+		return nil, err
+	}
+	e := enc{b: make([]byte, 0, 64+len(r.Shard.Stream))}
+	e.shard(r.Shard)
+	e.u64(r.Floor)
+	e.u64(r.ExpectTail)
+	e.headers(r.Headers)
+	return e.b, nil
+}
+
+// DecodeTrim decodes a Trim body.
+func DecodeTrim(b []byte) (TrimRequest, error) {
+	d := dec{b: b}
+	r := TrimRequest{Shard: d.shard(), Floor: d.u64("floor"), ExpectTail: d.u64("expect tail")}
+	r.Headers = d.headers("headers")
+	return r, d.end("trim")
+}
+
+// EncodeTrimOK returns the body of a TrimOK frame.
+func EncodeTrimOK(r TrimOK) []byte {
+	e := enc{b: make([]byte, 0, 16)}
+	e.u64(r.Tail)
+	e.u64(r.Floor)
+	return e.b
+}
+
+// DecodeTrimOK decodes a TrimOK body.
+func DecodeTrimOK(b []byte) (TrimOK, error) {
+	d := dec{b: b}
+	r := TrimOK{Tail: d.u64("tail"), Floor: d.u64("floor")}
+	return r, d.end("trim ok")
+}
+
+// EncodeDescribe returns the body of a Describe frame.
+func EncodeDescribe(r DescribeRequest) ([]byte, error) {
+	if err := checkShard(r.Shard); err != nil {
+		return nil, err
+	}
+	e := enc{b: make([]byte, 0, 8+len(r.Shard.Stream))}
+	e.shard(r.Shard)
+	return e.b, nil
+}
+
+// DecodeDescribe decodes a Describe body.
+func DecodeDescribe(b []byte) (DescribeRequest, error) {
+	d := dec{b: b}
+	r := DescribeRequest{Shard: d.shard()}
+	return r, d.end("describe")
+}
+
+// EncodeDescribeOK returns the body of a DescribeOK frame.
+func EncodeDescribeOK(r DescribeOK) []byte {
+	e := enc{b: make([]byte, 0, 32)}
+	e.u64(r.Base)
+	e.u64(r.Floor)
+	e.u64(r.Tail)
+	e.u64(r.Committed)
+	return e.b
+}
+
+// DecodeDescribeOK decodes a DescribeOK body.
+func DecodeDescribeOK(b []byte) (DescribeOK, error) {
+	d := dec{b: b}
+	r := DescribeOK{Base: d.u64("base"), Floor: d.u64("floor"), Tail: d.u64("tail"), Committed: d.u64("committed")}
+	return r, d.end("describe ok")
+}

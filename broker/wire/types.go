@@ -1,0 +1,81 @@
+package wire
+
+import "fmt"
+
+// MsgType is the one-byte message type of a frame. Values are stable: they
+// are part of the protocol (docs/protocol.md).
+type MsgType uint8
+
+const (
+	// MsgHello opens a connection (client to broker).
+	MsgHello MsgType = 0x01
+	// MsgHelloOK accepts a Hello (broker to client).
+	MsgHelloOK MsgType = 0x02
+
+	// MsgAppend asks to append a batch of records to a shard.
+	MsgAppend MsgType = 0x10
+	// MsgAppendOK answers MsgAppend.
+	MsgAppendOK MsgType = 0x11
+	// MsgRead asks for records of a shard.
+	MsgRead MsgType = 0x12
+	// MsgReadOK answers MsgRead.
+	MsgReadOK MsgType = 0x13
+	// MsgTrim asks for a conditional head trim [TR-2].
+	MsgTrim MsgType = 0x14
+	// MsgTrimOK answers MsgTrim.
+	MsgTrimOK MsgType = 0x15
+	// MsgDescribe asks for a shard's positions.
+	MsgDescribe MsgType = 0x16
+	// MsgDescribeOK answers MsgDescribe.
+	MsgDescribeOK MsgType = 0x17
+
+	// MsgShip is reserved for replication: a leader ships records to a
+	// follower. Brokers without replication answer it with BadRequest.
+	MsgShip MsgType = 0x40
+	// MsgShipAnswer is reserved for replication: a follower answers where
+	// its log really is [RP-4].
+	MsgShipAnswer MsgType = 0x41
+
+	// MsgError answers any request that failed; its request id is the
+	// failed request's, or 0 for an error about the connection itself,
+	// after which the broker closes the connection.
+	MsgError MsgType = 0x7F
+)
+
+// ReservedReplication reports whether t lies in the range reserved for
+// broker-to-broker replication (0x40..0x4F).
+func (t MsgType) ReservedReplication() bool { return t >= 0x40 && t <= 0x4F }
+
+// String returns the message type's name.
+func (t MsgType) String() string {
+	switch t {
+	case MsgHello:
+		return "Hello"
+	case MsgHelloOK:
+		return "HelloOK"
+	case MsgAppend:
+		return "Append"
+	case MsgAppendOK:
+		return "AppendOK"
+	case MsgRead:
+		return "Read"
+	case MsgReadOK:
+		return "ReadOK"
+	case MsgTrim:
+		return "Trim"
+	case MsgTrimOK:
+		return "TrimOK"
+	case MsgDescribe:
+		return "Describe"
+	case MsgDescribeOK:
+		return "DescribeOK"
+	case MsgShip:
+		return "Ship"
+	case MsgShipAnswer:
+		return "ShipAnswer"
+	case MsgError:
+		return "Error"
+	default:
+		return fmt.Sprintf("MsgType(0x%02x)", uint8(t))
+	}
+}

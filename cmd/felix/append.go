@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"felix.dev/felix/broker/record"
+)
+
+func newAppendCmd() *cobra.Command {
+	var f shardFlags
+	var expectTail uint64
+	var headers []string
+	var payload string
+	cmd := &cobra.Command{
+		Use:   "append --broker HOST:PORT --stream S --shard N [--expect-tail T] [--header k=v ...] [--payload TEXT]",
+		Short: "Append records to a shard",
+		Long: `Append records to a shard as one batch: all land at consecutive offsets or none do.
+
+With --payload one record is appended; without it, every line of stdin is one
+record (without its newline), all in one batch. --header applies to every
+record. With --expect-tail the batch lands only if the shard's next offset is
+T; otherwise nothing is written and the error OffsetMismatch names the
+current tail. The command never retries.
+
+Prints {"first":F,"last":L,"tail":T}. Errors go to stderr as one JSON object
+with "error" (e.g. OffsetMismatch, RecordTooLarge, UnknownOutcome) and its
+fields; the exit code is 1 for a refusal, 2 for bad usage and 3 when the
+append was sent but not answered (it may have landed).`,
+		Example: `  felix append --broker 127.0.0.1:7070 --stream orders --shard 0 --payload hello
+  printf 'a\nb\nc\n' | felix append --broker 127.0.0.1:7070 --stream orders --shard 0
+  felix append --broker 127.0.0.1:7070 --stream orders --shard 0 --expect-tail 3 --header epoch=2 --payload fenced`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(cmd); err != nil {
+				return err
+			}
+			hs, err := parseHeaders(cmd, headers)
+			if err != nil {
+				return err
+			}
+			var recs []record.Record
+			if cmd.Flags().Changed("payload") {
+				recs = []record.Record{{Headers: hs, Payload: []byte(payload)}}
+			} else {
+				sc := bufio.NewScanner(cmd.InOrStdin())
+				sc.Buffer(make([]byte, 64<<10), 16<<20)
+				for sc.Scan() {
+					recs = append(recs, record.Record{Headers: hs, Payload: append([]byte(nil), sc.Bytes()...)})
+				}
+				if err := sc.Err(); err != nil {
+					return usageErr(cmd, err)
+				}
+				if len(recs) == 0 {
+					return usageErr(cmd, errors.New("no records: give --payload or lines on stdin"))
+				}
+			}
+			var expect *uint64
+			if cmd.Flags().Changed("expect-tail") {
+				expect = &expectTail
+			}
+			c, err := f.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.Close() }()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			res, err := c.Append(ctx, f.shardID(), recs, expect)
+			if err != nil {
+				return reportErr(cmd, err)
+			}
+			p := newPrinter(cmd, f.output, "FIRST", "LAST", "TAIL")
+			if err := p.print(struct {
+				First uint64 `json:"first"`
+				Last  uint64 `json:"last"`
+				Tail  uint64 `json:"tail"`
+			}{res.First, res.Tail - 1, res.Tail},
+				res.First, res.Tail-1, res.Tail); err != nil {
+				return err
+			}
+			return p.flush()
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().Uint64Var(&expectTail, "expect-tail", 0, "append only if the shard's next offset is T")
+	cmd.Flags().StringArrayVar(&headers, "header", nil, "header k=v on every record (repeatable)")
+	cmd.Flags().StringVar(&payload, "payload", "", "the one record's payload (default: one record per line of stdin)")
+	return cmd
+}

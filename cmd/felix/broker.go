@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"felix.dev/felix/broker/datadir"
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/server"
+)
+
+// logStoreDir is the log store's directory inside the data directory,
+// beside storage-id, registration and run-state.
+const logStoreDir = "logstore"
+
+type brokerFlags struct {
+	dataDir         string
+	listen          string
+	http            string
+	fsync           string
+	fsyncInterval   time.Duration
+	standalone      bool
+	tlsCert, tlsKey string
+	shutdownTimeout time.Duration
+	maxFrameSize    uint32
+	maxInFlight     int64
+	maxConnections  int
+	verbosity       int
+	pprof           bool
+
+	// Cluster mode.
+	cluster, broker, namespace string
+	advertise, kubeconfig      string
+	heartbeatInterval          time.Duration
+	nodeExpiry, passInterval   time.Duration
+}
+
+func newBrokerCmd() *cobra.Command {
+	var f brokerFlags
+	cmd := &cobra.Command{
+		Use:   "broker --data-dir DIR --listen HOST:PORT --http HOST:PORT --fsync on-commit|periodic|none [--fsync-interval D] [--standalone]",
+		Short: "Run a broker: serve shard logs over the Felix protocol",
+		Long: `Run a broker. It opens the data directory (storage identity and run-state,
+[ID-1]..[ID-4]), opens the log store in DIR/logstore, serves the Felix wire
+protocol on --listen and /live, /ready and /metrics on --http.
+
+--standalone runs without a control plane: every shard has one replica (this
+broker) and is created on first use. Without it the broker is a cluster
+member (--cluster, --broker, --namespace): before any store opens it asks the
+control plane (the Kubernetes API) for its incarnation, holding with /live up
+and /ready down while the API server cannot be reached, rotates its storage id
+if the control plane is ahead of its registration file, registers, and then
+serves the shards the operator assigns it [ID-4].
+
+--fsync says when an append is acknowledged: on-commit (after a sync shared by
+concurrent appends), periodic (a background sync every --fsync-interval) or
+none. On SIGTERM or SIGINT the broker stops accepting, answers what it has
+read, closes and syncs the store and records a clean stop in run-state.
+
+Once serving it prints one JSON line to stdout with the bound addresses and
+the storage id; logs go to stderr as JSON lines.`,
+		Example: `  felix broker --data-dir /var/lib/felix --listen 127.0.0.1:7070 --http 127.0.0.1:7071 --fsync periodic --standalone
+  felix broker --data-dir ./data --listen :7070 --http :7071 --fsync on-commit --standalone --tls-cert tls.crt --tls-key tls.key`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBroker(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (required)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "protocol address HOST:PORT (port 0 picks one)")
+	fl.StringVar(&f.http, "http", "127.0.0.1:7071", "HTTP address HOST:PORT for /live, /ready and /metrics")
+	fl.StringVar(&f.fsync, "fsync", "on-commit", "durability: on-commit, periodic or none")
+	fl.DurationVar(&f.fsyncInterval, "fsync-interval", logstore.DefaultFsyncInterval, "background sync interval under --fsync periodic")
+	fl.BoolVar(&f.standalone, "standalone", false, "run without a control plane; every shard has one replica")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the protocol over TLS with this certificate (PEM)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "private key (PEM) for --tls-cert")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may drain before closing connections")
+	fl.Uint32Var(&f.maxFrameSize, "max-frame-size", 0, "largest protocol frame accepted in bytes (default 16 MiB)")
+	fl.Int64Var(&f.maxInFlight, "max-inflight-bytes", 0, "request bytes one connection may have unanswered (default 64 MiB)")
+	fl.IntVar(&f.maxConnections, "max-connections", 0, "open protocol connections allowed (default 1024)")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
+	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles on the HTTP port under /debug/pprof/")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster mode: the FelixCluster this broker belongs to")
+	fl.StringVar(&f.broker, "broker", "", "cluster mode: this broker's FelixBroker name")
+	fl.StringVar(&f.namespace, "namespace", "", "cluster mode: the namespace of the FelixCluster")
+	fl.StringVar(&f.advertise, "advertise", "", "cluster mode: HOST:PORT peers and clients reach this broker on (default: the --listen address)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig file (default: in-cluster config, or $KUBECONFIG)")
+	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 2*time.Second, "cluster mode: how often the heartbeat Lease is renewed")
+	fl.DurationVar(&f.nodeExpiry, "node-expiry", 10*time.Second, "cluster mode: the cluster's node expiry timeout")
+	fl.DurationVar(&f.passInterval, "pass-interval", 0, "cluster mode: replication pass interval (default 100ms)")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}
+
+func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
+	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(os.Stderr, obj) }, funcr.Options{Verbosity: f.verbosity}).WithName("broker")
+	mode, err := logstore.ParseFsyncMode(f.fsync)
+	if err != nil {
+		return err
+	}
+	dirMode, err := datadir.ParseFsyncMode(mode.String())
+	if err != nil {
+		return err
+	}
+	var tlsConf *tls.Config
+	if f.tlsCert != "" || f.tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return fmt.Errorf("load TLS key pair: %w", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
+	if !f.standalone {
+		return runMember(cmd, f, log, mode, tlsConf)
+	}
+	// [ID-4], standalone: identity and run-state before any store opens.
+	dir, err := datadir.Open(f.dataDir, datadir.Options{Fsync: dirMode, Logger: log.WithName("datadir")})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dir.Close() }()
+	identified, err := dir.Identify()
+	if err != nil {
+		return err
+	}
+	prepared, err := identified.Standalone()
+	if err != nil {
+		return err
+	}
+	running, err := prepared.MarkRunning()
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := server.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(f.dataDir, logStoreDir), Fsync: mode, FsyncInterval: f.fsyncInterval,
+		AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	storeOpen := true
+	defer func() {
+		if storeOpen {
+			_ = store.Close()
+		}
+	}()
+
+	id := running.StorageID()
+	srv := server.New(server.StoreShards(store), server.Options{Logger: log.WithName("server"), Metrics: metrics, TLS: tlsConf,
+		StorageID: id[:], MaxFrameSize: f.maxFrameSize, MaxInFlightBytes: f.maxInFlight, MaxConnections: f.maxConnections})
+	pl, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	hl, err := net.Listen("tcp", f.http)
+	if err != nil {
+		_ = pl.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", server.HTTPHandler(srv.Ready, reg))
+	if f.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(pl) }()
+	go func() { _ = httpSrv.Serve(hl) }()
+
+	hello, _ := json.Marshal(map[string]string{"msg": "serving", "listen": pl.Addr().String(), "http": hl.Addr().String(),
+		"storageID": id.String(), "fsync": mode.String(), "decision": running.Decision().Reason.String()})
+	_, _ = fmt.Fprintln(cmd.OutOrStdout(), string(hello))
+	log.Info("serving", "listen", pl.Addr().String(), "http", hl.Addr().String(), "storageID", id.String(), "fsync", mode.String())
+
+	select {
+	case <-cmd.Context().Done():
+	case err := <-served:
+		log.Error(err, "protocol listener failed")
+		return stopBroker(log, f, srv, store, &storeOpen, running, httpSrv, err)
+	}
+	log.Info("stopping: draining connections")
+	return stopBroker(log, f, srv, store, &storeOpen, running, httpSrv, nil)
+}
+
+// stopBroker drains the server, closes (and so syncs) the store and records
+// the clean stop; /live stays up until the end.
+func stopBroker(log logr.Logger, f brokerFlags, srv *server.Server, store *logstore.Store, storeOpen *bool,
+	running *datadir.Running, httpSrv *http.Server, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Error(err, "drain did not finish; connections closed")
+	}
+	*storeOpen = false
+	if err := store.Close(); err != nil {
+		_ = httpSrv.Close()
+		return errors.Join(cause, fmt.Errorf("close log store: %w (no clean stop recorded)", err))
+	}
+	if cause == nil {
+		if err := running.MarkCleanStop(); err != nil {
+			_ = httpSrv.Close()
+			return fmt.Errorf("record clean stop: %w", err)
+		}
+		log.Info("clean stop recorded")
+	}
+	_ = httpSrv.Shutdown(ctx)
+	return cause
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/felixd"
+)
+
+// Exit codes of `felix felixd --once`.
+const (
+	exitRetired   = 4 // a newer epoch took the workload over
+	exitLeaseLost = 5 // the lease renewal failed
+)
+
+type felixdFlags struct {
+	broker          string
+	stream          string
+	shard           uint32
+	workload        string
+	namespace       string
+	kubeconfig      string
+	identity        string
+	streamObject    string
+	skipStreamCheck bool
+	snapshotEvery   int
+	leaseDuration   time.Duration
+	renewDeadline   time.Duration
+	retryPeriod     time.Duration
+	stepInterval    time.Duration
+	timeout         time.Duration
+	once            bool
+	verbosity       int
+	tls             tlsFlags
+}
+
+// newFelixdCmd is `felix felixd`: the example lease-holding workload.
+func newFelixdCmd() *cobra.Command {
+	var f felixdFlags
+	cmd := &cobra.Command{
+		Use:   "felixd --broker HOST:PORT --stream S --shard N --workload NAME [--namespace NS] [--kubeconfig PATH]",
+		Short: "Run an example workload (a counter) under a lease, writing to a fenced stream",
+		Long: `Run a counter under the workload's coordination.k8s.io Lease (NS/NAME), writing
+its outputs to one shard with tail-conditional writes that carry the lease
+epoch (felixd, DESIGN section 7, rules [FD-1..4]; docs/felixd.md).
+
+On acquiring the lease it checks the FelixStream (--stream-object, default
+--stream, in --namespace) is fenced with retention off [FD-4], rebuilds the
+counter from the latest snapshot plus the outputs after it, makes its fenced
+write and then appends one output every --step-interval, saving a snapshot
+and trimming below it every --snapshot-every outputs.
+
+When a newer epoch takes over it retires; when its renewal fails it stops.
+Then it campaigns again, or with --once exits with code 4 (retired) or 5
+(lease lost). Logs are JSON lines on stderr.`,
+		Example: `  felix felixd --broker 127.0.0.1:7070 --stream orders --shard 0 --workload counter --snapshot-every 100`,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runFelixd(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.broker, "broker", "127.0.0.1:7070", "broker address HOST:PORT")
+	fl.StringVar(&f.stream, "stream", "", "stream name (required)")
+	fl.Uint32Var(&f.shard, "shard", 0, "shard number")
+	fl.StringVar(&f.workload, "workload", "", "workload name: the name of its Lease (required)")
+	fl.StringVar(&f.namespace, "namespace", "default", "namespace of the Lease and the FelixStream")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	fl.StringVar(&f.identity, "identity", "", "this holder's identity in the Lease (default: HOSTNAME-PID)")
+	fl.StringVar(&f.streamObject, "stream-object", "", "FelixStream checked for [FD-4] (default: --stream)")
+	fl.BoolVar(&f.skipStreamCheck, "skip-stream-check", false, "do not read the FelixStream (a broker without a control plane); retention must be off by other means")
+	fl.IntVar(&f.snapshotEvery, "snapshot-every", 100, "outputs between snapshots (0: never)")
+	fl.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "how long others wait on an unchanged lease before taking it over")
+	fl.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "how long renewal may fail before the lease is given up")
+	fl.DurationVar(&f.retryPeriod, "retry-period", 2*time.Second, "interval between acquisition attempts and renewals")
+	fl.DurationVar(&f.stepInterval, "step-interval", felixd.DefaultStepInterval, "pause between outputs")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "deadline of the broker dial")
+	fl.BoolVar(&f.once, "once", false, "exit after retiring (code 4) or losing the lease (code 5) instead of campaigning again")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
+	f.tls.register(cmd)
+	return cmd
+}
+
+func runFelixd(cmd *cobra.Command, f felixdFlags) error {
+	if f.stream == "" || f.workload == "" {
+		return errors.New("--stream and --workload are required")
+	}
+	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(cmd.ErrOrStderr(), obj) }, funcr.Options{Verbosity: f.verbosity}).
+		WithName("felixd").WithValues("workload", f.workload)
+	if f.identity == "" {
+		host, _ := os.Hostname()
+		f.identity = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	restCfg, err := loadKubeconfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	var check func(context.Context) error
+	if f.skipStreamCheck {
+		log.Info("not checking the FelixStream: retention must be kept off by other means [FD-4]")
+	} else {
+		scheme := runtime.NewScheme()
+		if err := felixv1.AddToScheme(scheme); err != nil {
+			return err
+		}
+		reader, err := ctrlclient.New(restCfg, ctrlclient.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		name := f.streamObject
+		if name == "" {
+			name = f.stream
+		}
+		key := types.NamespacedName{Namespace: f.namespace, Name: name}
+		check = func(ctx context.Context) error { return felixd.CheckStream(ctx, reader, key) }
+	}
+
+	opts, err := f.tls.dialOptions(cmd, f.broker)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	c, err := client.Dial(dctx, f.broker, opts)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	shardLog, err := felixd.NewClientLog(c, record.ShardID{Stream: f.stream, Shard: f.shard})
+	if err != nil {
+		return err
+	}
+	for {
+		lease, err := felixd.NewLease(felixd.LeaseConfig{Client: cs.CoordinationV1(), Namespace: f.namespace, Name: f.workload,
+			Identity: f.identity, LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
+			Logger: log.WithName("lease")})
+		if err != nil {
+			return err
+		}
+		err = felixd.Run(cmd.Context(), felixd.RunConfig{Lease: lease, Log: shardLog, Workload: &felixd.Counter{}, CheckStream: check,
+			SnapshotEvery: f.snapshotEvery, StepInterval: f.stepInterval, Logger: log})
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, felixd.ErrRetired):
+			log.Info("retired: a newer epoch holds the workload", "once", f.once)
+			if f.once {
+				return &exitError{code: exitRetired, err: err}
+			}
+		case errors.Is(err, felixd.ErrLeaseLost):
+			log.Info("lease lost", "err", err.Error(), "once", f.once)
+			if f.once {
+				return &exitError{code: exitLeaseLost, err: err}
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// loadKubeconfig loads path, or with an empty path the default rules
+// ($KUBECONFIG, ~/.kube/config, then in-cluster).
+func loadKubeconfig(path string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"felix.dev/felix/controllers"
+)
+
+// operatorOptions are the flags of `felix operator`.
+type operatorOptions struct {
+	metricsAddr    string
+	probeAddr      string
+	leaderElect    bool
+	leaderElectNS  string
+	leaderElectID  string
+	watchNamespace string
+	verbosity      int
+}
+
+// newOperatorCmd is `felix operator`: the control plane. It runs every
+// Felix reconciler in one controller-runtime manager, optionally with
+// leader election so several replicas can stand by.
+func newOperatorCmd() *cobra.Command {
+	var o operatorOptions
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the Felix operator (the control plane)",
+		Long: "Run the Felix operator: it runs broker pods, keeps the registry of brokers (storage id and\n" +
+			"incarnation), watches their heartbeats, reads shard leaders' reports and decides placement.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runOperator(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to (\"0\" disables it)")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election so that only one operator replica is active")
+	f.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
+	f.StringVar(&o.leaderElectID, "leader-election-id", "felix-operator.felix.dev", "name of the leader-election Lease")
+	f.StringVar(&o.watchNamespace, "namespace", "", "watch only this namespace (default: all namespaces)")
+	f.IntVar(&o.verbosity, "v", 0, "log verbosity (0: changes and errors; 1: every reconcile decision)")
+	return cmd
+}
+
+func runOperator(cmd *cobra.Command, o operatorOptions) error {
+	out := cmd.ErrOrStderr()
+	logger := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(out, obj) }, funcr.Options{Verbosity: o.verbosity}).WithName("operator")
+	ctrl.SetLogger(logger)
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cacheOpts := controllers.CacheOptions()
+	if o.watchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.watchNamespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        controllers.NewScheme(),
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectID,
+		LeaderElectionNamespace:       o.leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        logger,
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	logger.Info("starting felix operator", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "probes", o.probeAddr)
+	return mgr.Start(cmd.Context())
+}

@@ -1,0 +1,427 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// FelixClusterReconciler runs a cluster's brokers: RBAC, Services,
+// ConfigMap, PodDisruptionBudget, and per broker a FelixBroker, a heartbeat
+// Lease, a PVC and a Pod, all managed directly (no StatefulSet).
+type FelixClusterReconciler struct {
+	Client client.Client
+	Clock  clock.PassiveClock
+	Events events.EventRecorder
+}
+
+// scaleDownRetry is how often a blocked scale-down looks again (the
+// FelixShard watch also triggers it).
+const scaleDownRetry = 30 * time.Second
+
+// Reconcile brings the cluster's objects to its spec and patches its status
+// once.
+func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var c felixv1.FelixCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if c.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	obs := clusterObservation{Desired: c.Spec.Brokers, Blocked: map[string][]string{}}
+
+	var existing felixv1.FelixBrokerList
+	if err := r.Client.List(ctx, &existing, client.InNamespace(c.Namespace), client.MatchingLabels{LabelCluster: c.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	// The Role names every broker that exists or is desired, so a broker
+	// being removed keeps its rights until it is gone.
+	names := map[string]bool{}
+	for i := int32(0); i < c.Spec.Brokers; i++ {
+		names[BrokerName(c.Name, i)] = true
+	}
+	for _, b := range existing.Items {
+		if b.Spec.Ordinal >= c.Spec.Brokers && b.Status.State != felixv1.BrokerLeft {
+			names[b.Name] = true
+		}
+	}
+	roleNames := make([]string, 0, len(names))
+	for n := range names {
+		roleNames = append(roleNames, n)
+	}
+	sort.Strings(roleNames)
+
+	if err := r.ensureShared(ctx, &c, roleNames, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := int32(0); i < c.Spec.Brokers; i++ {
+		bo, err := r.ensureBroker(ctx, &c, i, &obs)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		obs.Brokers = append(obs.Brokers, bo)
+	}
+	if err := r.rollOne(ctx, &c, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	requeue, err := r.scaleDown(ctx, &c, existing.Items, &obs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.patchStatus(ctx, &c, obs); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// ensureShared creates or updates the cluster-wide objects.
+func (r *FelixClusterReconciler) ensureShared(ctx context.Context, c *felixv1.FelixCluster, brokers []string, obs *clusterObservation) error {
+	sa := brokerServiceAccount(c)
+	if err := r.upsert(ctx, c, sa, func(existing client.Object) { mergeLabels(existing, sa.Labels) }, obs); err != nil {
+		return err
+	}
+	role := brokerRole(c, brokers)
+	if err := r.upsert(ctx, c, role, func(existing client.Object) {
+		mergeLabels(existing, role.Labels)
+		existing.(*rbacv1.Role).Rules = role.Rules
+	}, obs); err != nil {
+		return err
+	}
+	rb := brokerRoleBinding(c)
+	if err := r.upsert(ctx, c, rb, func(existing client.Object) {
+		mergeLabels(existing, rb.Labels)
+		existing.(*rbacv1.RoleBinding).Subjects = rb.Subjects
+	}, obs); err != nil {
+		return err
+	}
+	for _, svc := range []*corev1.Service{headlessService(c), clientService(c)} {
+		want := svc
+		if err := r.upsert(ctx, c, want, func(existing client.Object) {
+			e := existing.(*corev1.Service)
+			mergeLabels(e, want.Labels)
+			e.Spec.Selector = want.Spec.Selector
+			e.Spec.Ports = want.Spec.Ports
+			e.Spec.PublishNotReadyAddresses = want.Spec.PublishNotReadyAddresses
+		}, obs); err != nil {
+			return err
+		}
+	}
+	cm := configMap(c)
+	if err := r.upsert(ctx, c, cm, func(existing client.Object) {
+		mergeLabels(existing, cm.Labels)
+		existing.(*corev1.ConfigMap).Data = cm.Data
+	}, obs); err != nil {
+		return err
+	}
+	pdb := podDisruptionBudget(c)
+	return r.upsert(ctx, c, pdb, func(existing client.Object) {
+		mergeLabels(existing, pdb.Labels)
+		existing.(*policyv1.PodDisruptionBudget).Spec = pdb.Spec
+	}, obs)
+}
+
+// upsert creates want (owned by c) or applies mutate to the existing
+// object and updates it when that changed something.
+func (r *FelixClusterReconciler) upsert(ctx context.Context, c *felixv1.FelixCluster, want client.Object, mutate func(client.Object), obs *clusterObservation) error {
+	existing := want.DeepCopyObject().(client.Object)
+	existing.SetResourceVersion("")
+	res, err := controllerutil.CreateOrUpdate(ctx, r.Client, existing, func() error {
+		if ts := existing.GetCreationTimestamp(); ts.IsZero() {
+			return controllerutil.SetControllerReference(c, existing, r.Client.Scheme())
+		}
+		mutate(existing)
+		return controllerutil.SetControllerReference(c, existing, r.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("%T %s: %w", want, want.GetName(), err)
+	}
+	if res == controllerutil.OperationResultCreated {
+		obs.Created++
+	}
+	return nil
+}
+
+func mergeLabels(o client.Object, labels map[string]string) {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	for k, v := range labels {
+		l[k] = v
+	}
+	o.SetLabels(l)
+}
+
+// ensureBroker creates what one broker needs, in the order its start
+// needs it: the FelixBroker record and its Lease before the pod, the PVC
+// before the pod.
+func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.FelixCluster, ordinal int32, obs *clusterObservation) (brokerObservation, error) {
+	name := BrokerName(c.Name, ordinal)
+	key := types.NamespacedName{Namespace: c.Namespace, Name: name}
+	bo := brokerObservation{Name: name}
+
+	var fb felixv1.FelixBroker
+	switch err := r.Client.Get(ctx, key, &fb); {
+	case apierrors.IsNotFound(err):
+		fb = *felixBroker(c, ordinal)
+		if err := controllerutil.SetControllerReference(c, &fb, r.Client.Scheme()); err != nil {
+			return bo, err
+		}
+		if err := r.Client.Create(ctx, &fb); err != nil && !apierrors.IsAlreadyExists(err) {
+			return bo, fmt.Errorf("create FelixBroker %s: %w", name, err)
+		}
+		obs.Created++
+	case err != nil:
+		return bo, err
+	}
+	bo.State, bo.Incarnation = fb.Status.State, fb.Status.Incarnation
+
+	var lease coordinationv1.Lease
+	switch err := r.Client.Get(ctx, key, &lease); {
+	case apierrors.IsNotFound(err):
+		if fb.UID == "" {
+			break // created above; the cache has not seen it yet: next pass
+		}
+		l := heartbeatLease(c, name, nodeExpirySeconds(c))
+		if err := controllerutil.SetControllerReference(&fb, l, r.Client.Scheme()); err != nil {
+			return bo, err
+		}
+		if err := r.Client.Create(ctx, l); err != nil && !apierrors.IsAlreadyExists(err) {
+			return bo, fmt.Errorf("create Lease %s: %w", name, err)
+		}
+		obs.Created++
+	case err != nil:
+		return bo, err
+	}
+
+	var pvc corev1.PersistentVolumeClaim
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: PVCName(name)}, &pvc); {
+	case apierrors.IsNotFound(err):
+		p := brokerPVC(c, name)
+		if err := controllerutil.SetControllerReference(c, p, r.Client.Scheme()); err != nil {
+			return bo, err
+		}
+		if err := r.Client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+			return bo, fmt.Errorf("create PVC %s: %w", p.Name, err)
+		}
+		obs.Created++
+	case err != nil:
+		return bo, err
+	}
+
+	var pod corev1.Pod
+	switch err := r.Client.Get(ctx, key, &pod); {
+	case apierrors.IsNotFound(err):
+		p := brokerPod(c, name)
+		if err := controllerutil.SetControllerReference(c, p, r.Client.Scheme()); err != nil {
+			return bo, err
+		}
+		if err := r.Client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+			return bo, fmt.Errorf("create Pod %s: %w", name, err)
+		}
+		obs.Created++
+		bo.PodExists = true
+		r.event(c, corev1.EventTypeNormal, "BrokerCreated", "Create", "created pod %s", name)
+	case err != nil:
+		return bo, err
+	default:
+		bo.PodExists = true
+		bo.PodReady = podReady(&pod) && pod.DeletionTimestamp == nil
+		bo.PodOutdated = pod.Annotations[AnnotationSpecHash] != brokerPod(c, name).Annotations[AnnotationSpecHash]
+	}
+	return bo, nil
+}
+
+// podReady reports the pod's Ready condition (set by the kubelet from the
+// broker's /ready, which is up only once it registered and serves).
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// rollOne replaces at most one broker pod whose spec is outdated (image,
+// flags, resources), and only while every broker pod is Ready and every
+// broker Up, so a rolling update never takes two brokers at once. The
+// FelixBroker, Lease and PVC stay: the broker restarts on its own data
+// and registers again [ID-4].
+func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCluster, obs *clusterObservation) error {
+	var outdated []string
+	healthy := true
+	for _, b := range obs.Brokers {
+		if b.PodOutdated {
+			outdated = append(outdated, b.Name)
+		}
+		if !b.PodExists || !b.PodReady || b.State != felixv1.BrokerUp {
+			healthy = false
+		}
+	}
+	obs.Outdated = len(outdated)
+	if len(outdated) == 0 {
+		return nil
+	}
+	if !healthy {
+		obs.RollWaiting = true
+		return nil
+	}
+	name := outdated[0]
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
+	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("replace pod %s: %w", name, err)
+	}
+	r.event(c, corev1.EventTypeNormal, "BrokerReplaced", "RollingUpdate", "replacing pod %s to apply the cluster spec (%d outdated)", name, len(outdated))
+	return nil
+}
+
+// scaleDown removes brokers beyond the desired size that hold no shard
+// replica: pod, PVC and Lease go, the FelixBroker stays as the record of
+// a broker that Left. Brokers still holding replicas stay and block.
+func (r *FelixClusterReconciler) scaleDown(ctx context.Context, c *felixv1.FelixCluster, brokers []felixv1.FelixBroker, obs *clusterObservation) (time.Duration, error) {
+	var extra []felixv1.FelixBroker
+	for _, b := range brokers {
+		if b.Spec.Ordinal >= c.Spec.Brokers && b.Status.State != felixv1.BrokerLeft {
+			extra = append(extra, b)
+		}
+	}
+	if len(extra) == 0 {
+		return 0, nil
+	}
+	var shards felixv1.FelixShardList
+	if err := r.Client.List(ctx, &shards, client.InNamespace(c.Namespace), client.MatchingLabels{LabelCluster: c.Name}); err != nil {
+		return 0, err
+	}
+	var requeue time.Duration
+	for _, b := range extra {
+		var held []string
+		for _, s := range shards.Items {
+			if slices.Contains(s.Spec.Replicas, b.Name) {
+				held = append(held, s.Name)
+			}
+		}
+		if len(held) > 0 {
+			sort.Strings(held)
+			obs.Blocked[b.Name] = held
+			requeue = scaleDownRetry
+			continue
+		}
+		obs.Removing++
+		removed := false
+		for _, o := range []client.Object{
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: b.Name}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: PVCName(b.Name)}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: b.Name}},
+		} {
+			err := r.Client.Delete(ctx, o)
+			switch {
+			case err == nil:
+				removed = true
+			case !apierrors.IsNotFound(err):
+				return 0, fmt.Errorf("remove %s: %w", b.Name, err)
+			}
+		}
+		if removed {
+			r.event(c, corev1.EventTypeNormal, "BrokerRemoved", "ScaleDown", "removed broker %s (it held no shard replica)", b.Name)
+		}
+	}
+	if len(obs.Blocked) > 0 {
+		// Once per blocked episode (and when what blocks changes); the
+		// condition carries it meanwhile.
+		msg := blockedMessage(obs.Blocked)
+		if prev := meta.FindStatusCondition(c.Status.Conditions, felixv1.ConditionDegraded); prev == nil || prev.Reason != "ScaleDownBlocked" || prev.Message != msg {
+			r.event(c, corev1.EventTypeWarning, "ScaleDownBlocked", "ScaleDown", "%s", msg)
+		}
+	}
+	return requeue, nil
+}
+
+// patchStatus computes the status once and patches it when it changed.
+func (r *FelixClusterReconciler) patchStatus(ctx context.Context, c *felixv1.FelixCluster, obs clusterObservation) error {
+	ready, conds := clusterStatus(obs)
+	now := metav1.NewTime(r.Clock.Now())
+	st := c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	st.ReadyBrokers = ready
+	st.Conditions = setConditions(st.Conditions, c.Generation, now, conds...)
+	if semanticEqual(*st, c.Status) {
+		return nil
+	}
+	orig := c.DeepCopy()
+	wasReady := conditionTrue(c.Status.Conditions, felixv1.ConditionReady)
+	c.Status = *st
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil {
+		return err
+	}
+	if isReady := conditionTrue(st.Conditions, felixv1.ConditionReady); isReady != wasReady {
+		if isReady {
+			r.event(c, corev1.EventTypeNormal, "ClusterReady", "Reconcile", "all %d brokers registered and up", ready)
+		} else {
+			r.event(c, corev1.EventTypeWarning, "ClusterNotReady", "Reconcile", "%d/%d brokers registered and up", ready, c.Spec.Brokers)
+		}
+	}
+	return nil
+}
+
+func (r *FelixClusterReconciler) event(c *felixv1.FelixCluster, typ, reason, action, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(c, nil, typ, reason, action, note, args...)
+	}
+}
+
+// SetupWithManager registers the reconciler with everything it owns.
+func (r *FelixClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("felixcluster").
+		For(&felixv1.FelixCluster{}).
+		Owns(&felixv1.FelixBroker{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		// A shard created or deleted may unblock or block a scale-down.
+		Watches(&felixv1.FelixShard{}, handler.EnqueueRequestsFromMapFunc(clusterOfShard),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		Complete(r)
+}
+
+// clusterOfShard maps a FelixShard to its cluster by label.
+func clusterOfShard(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[LabelCluster]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}

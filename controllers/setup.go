@@ -1,0 +1,81 @@
+package controllers
+
+import (
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// NewScheme returns a scheme with the core Kubernetes kinds and the Felix
+// kinds, everything the operator reads and writes.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(felixv1.AddToScheme(s))
+	return s
+}
+
+// Options configure the reconcilers.
+type Options struct {
+	// Clock is the operator's clock; the real one when nil. Tests inject a
+	// fake one to step time.
+	Clock clock.PassiveClock
+}
+
+// EventReporter is the name events are recorded under.
+const EventReporter = "felix-operator"
+
+// Setup registers every Felix reconciler with mgr. The FelixBroker and
+// FelixShard reconcilers share one heartbeat tracker.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	rec := mgr.GetEventRecorder(EventReporter)
+	hb := NewHeartbeats(clk)
+	c := mgr.GetClient()
+	steps := []struct {
+		name  string
+		setup func(ctrl.Manager) error
+	}{
+		{"felixcluster", (&FelixClusterReconciler{Client: c, Clock: clk, Events: rec}).SetupWithManager},
+		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
+		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
+		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
+	}
+	for _, s := range steps {
+		if err := s.setup(mgr); err != nil {
+			return fmt.Errorf("set up %s reconciler: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// CacheOptions restricts the manager's cache to what Felix owns where a
+// cluster holds many objects Felix never needs: only Leases, Pods and PVCs
+// labelled with a Felix cluster are cached (not every node's Lease).
+func CacheOptions() cache.Options {
+	hasCluster, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant requirement; cannot fail
+	}
+	sel := labels.NewSelector().Add(*hasCluster)
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}:         {Label: sel},
+		&corev1.Pod{}:                   {Label: sel},
+		&corev1.PersistentVolumeClaim{}: {Label: sel},
+	}}
+}

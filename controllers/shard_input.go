@@ -1,0 +1,148 @@
+package controllers
+
+import (
+	"sort"
+	"time"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/broker/controlplane"
+	"felix.dev/felix/broker/placement"
+)
+
+// registryEntry is one broker as placement sees it, built from its
+// FelixBroker and the heartbeat tracker.
+func registryEntry(b *felixv1.FelixBroker, hb Heartbeat, hbOK bool) placement.Broker {
+	out := placement.Broker{
+		StorageID:   b.Status.StorageID,
+		Incarnation: uint64(max(b.Status.Incarnation, 0)),
+		State:       placementState(b.Status.State),
+	}
+	if b.Status.RegisteredAt != nil {
+		out.RegisteredAt = b.Status.RegisteredAt.Time
+	}
+	switch {
+	case hbOK:
+		out.LastHeartbeat = hb.ObservedAt
+	case b.Status.LastHeartbeat != nil:
+		out.LastHeartbeat = b.Status.LastHeartbeat.Time
+	}
+	return out
+}
+
+// placementState maps the API's state; a broker never seen alive is Down.
+func placementState(s felixv1.BrokerState) placement.BrokerState {
+	switch s {
+	case felixv1.BrokerUp:
+		return placement.Up
+	case felixv1.BrokerLeft:
+		return placement.Left
+	default:
+		return placement.Down
+	}
+}
+
+// reportWrittenAt is when the leader last changed status.report, on the
+// API server's clock: the time of the "felix-broker" entry in the shard's
+// managed fields. Without one (a report written some other way) it falls
+// back to the broker's own takenAt.
+func reportWrittenAt(sh *felixv1.FelixShard) time.Time {
+	for _, mf := range sh.ManagedFields {
+		if mf.Manager == controlplane.FieldManager && mf.Subresource == "status" && mf.Time != nil {
+			return mf.Time.Time
+		}
+	}
+	if sh.Status.Report != nil {
+		return sh.Status.Report.TakenAt.Time
+	}
+	return time.Time{}
+}
+
+// reportTakenAt is the report's time for placement (placement.Report
+// TakenAt, on the control plane's clock): when it was last written, or,
+// if later, the last heartbeat of its leader that attested its reports
+// current, provided the reporter is the assigned leader at the assigned
+// epoch and attested at the incarnation that made the report. A live
+// leader rewrites its report within a heartbeat of every change and says
+// so on its Lease, so its renewals keep an unchanged report as fresh as a
+// rewrite would (docs/operator.md, "Report write rate").
+func reportTakenAt(sh *felixv1.FelixShard, leaderHB Heartbeat, hbOK bool) time.Time {
+	t := reportWrittenAt(sh)
+	rep, a := sh.Status.Report, sh.Status.Assignment
+	if rep == nil || a == nil || !hbOK {
+		return t
+	}
+	if rep.Leader == a.Leader && rep.Epoch == a.Epoch && leaderHB.AttestedIncarnation == rep.LeaderIncarnation &&
+		!leaderHB.AttestedAt.IsZero() && leaderHB.AttestedAt.After(t) {
+		return leaderHB.AttestedAt
+	}
+	return t
+}
+
+// placementReport converts status.report.
+func placementReport(rep *felixv1.ShardReport, takenAt time.Time) *placement.Report {
+	if rep == nil {
+		return nil
+	}
+	out := &placement.Report{
+		Leader:            rep.Leader,
+		LeaderIncarnation: uint64(max(rep.LeaderIncarnation, 0)),
+		LeaderStorageID:   rep.LeaderStorageID,
+		Epoch:             uint64(max(rep.Epoch, 0)),
+		TakenAt:           takenAt,
+		Position:          uint64(max(rep.Position, 0)),
+	}
+	for _, f := range rep.Followers {
+		out.Followers = append(out.Followers, placement.FollowerReport{
+			Broker: f.Name, StorageID: f.StorageID, CaughtUp: f.CaughtUp, Confirmed: uint64(max(f.Confirmed, 0)),
+		})
+	}
+	return out
+}
+
+// placementAssignment converts status.assignment.
+func placementAssignment(a *felixv1.Assignment) *placement.Assignment {
+	if a == nil {
+		return nil
+	}
+	out := &placement.Assignment{Leader: a.Leader, Epoch: uint64(max(a.Epoch, 0)), LeaderIncarnation: uint64(max(a.LeaderIncarnation, 0))}
+	if len(a.Counted) > 0 {
+		out.Counted = make(map[string]string, len(a.Counted))
+		for _, c := range a.Counted {
+			out.Counted[c.Name] = c.StorageID
+		}
+	}
+	return out
+}
+
+// countedReplicas converts placement's Counted to the API's list, by name.
+func countedReplicas(counted map[string]string) []felixv1.CountedReplica {
+	out := make([]felixv1.CountedReplica, 0, len(counted))
+	for n, id := range counted {
+		out = append(out, felixv1.CountedReplica{Name: n, StorageID: id})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// caughtUpCount counts the replicas the current report shows caught up:
+// the leader, when the report is the assigned leader's at the assigned
+// epoch, plus each follower of the replica set reported caught up under
+// the storage id it is registered with now [CP-1].
+func caughtUpCount(sh *felixv1.FelixShard, registered map[string]string) int {
+	rep, a := sh.Status.Report, sh.Status.Assignment
+	if rep == nil || a == nil || rep.Leader != a.Leader || rep.Epoch != a.Epoch {
+		return 0
+	}
+	inSet := map[string]bool{}
+	for _, r := range sh.Spec.Replicas {
+		inSet[r] = true
+	}
+	n := 1
+	for _, f := range rep.Followers {
+		id, ok := registered[f.Name]
+		if f.CaughtUp && inSet[f.Name] && f.Name != rep.Leader && ok && id != "" && f.StorageID == id {
+			n++
+		}
+	}
+	return n
+}

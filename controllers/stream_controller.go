@@ -1,0 +1,283 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// FelixStreamReconciler creates a stream's FelixShards (<stream>-<index>)
+// with replicas spread across brokers and zones, and summarises them in
+// the stream's status.
+type FelixStreamReconciler struct {
+	Client client.Client
+	// APIReader reads pods and nodes uncached when shards are placed, so
+	// zones are current (the cache may lag a pod's binding); Client when
+	// nil.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+	Events    events.EventRecorder
+}
+
+// streamRetry is how often a stream that cannot be placed looks again
+// (broker and cluster watches also trigger it).
+const streamRetry = time.Minute
+
+// Reconcile creates missing shards; existing shards keep their replica
+// sets (moving a replica moves data, which placement does not do).
+func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var s felixv1.FelixStream
+	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if s.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	replicas := int(s.Spec.Replicas)
+	if replicas == 0 {
+		replicas = 3
+	}
+	var blocked *metav1.Condition
+	var requeue time.Duration
+	created := 0
+
+	var cluster felixv1.FelixCluster
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.Cluster}, &cluster)
+	switch {
+	case apierrors.IsNotFound(err):
+		c := cond(felixv1.ConditionDegraded, true, "ClusterNotFound", fmt.Sprintf("FelixCluster %q does not exist", s.Spec.Cluster))
+		blocked, requeue = &c, streamRetry
+	case err != nil:
+		return ctrl.Result{}, err
+	case fencedWithRetention(&s):
+		// The API refuses this with CEL; an object stored before the rule
+		// existed is refused here [TR-7].
+		c := cond(felixv1.ConditionDegraded, true, "FencedWithRetention",
+			"a fenced stream must keep retention off: retention can delete the write that fences a stale writer [TR-7]; no shard is placed")
+		blocked = &c
+	default:
+		n, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, replicas)
+		created = n
+		var short *errNotEnoughBrokers
+		switch {
+		case errors.As(err, &short):
+			c := cond(felixv1.ConditionDegraded, true, "InsufficientBrokers",
+				fmt.Sprintf("stream needs %d replicas on distinct brokers; cluster %s has %d brokers", replicas, cluster.Name, short.Brokers))
+			blocked, requeue = &c, streamRetry
+		case err != nil:
+			return ctrl.Result{}, err
+		}
+	}
+
+	var shards felixv1.FelixShardList
+	if err := r.Client.List(ctx, &shards, client.InNamespace(s.Namespace), client.MatchingLabels{LabelStream: s.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.patchStatus(ctx, &s, shards.Items, created, blocked); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// fencedWithRetention reports a fenced stream with a retention limit.
+func fencedWithRetention(s *felixv1.FelixStream) bool {
+	r := s.Spec.Retention
+	return s.Spec.Fenced && r != nil && (r.MaxAge != nil || r.MaxBytes != nil)
+}
+
+// brokerSlots lists the cluster's brokers that may take replicas (in the
+// cluster's range, not Left) with the zone of their pod's node.
+func (r *FelixStreamReconciler) brokerSlots(ctx context.Context, c *felixv1.FelixCluster) ([]brokerSlot, error) {
+	var list felixv1.FelixBrokerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(c.Namespace), client.MatchingLabels{LabelCluster: c.Name}); err != nil {
+		return nil, err
+	}
+	var out []brokerSlot
+	for _, b := range list.Items {
+		if b.Spec.Ordinal >= c.Spec.Brokers || b.Status.State == felixv1.BrokerLeft {
+			continue
+		}
+		slot := brokerSlot{Name: b.Name}
+		reader := r.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		var pod corev1.Pod
+		if err := reader.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Name}, &pod); err == nil && pod.Spec.NodeName != "" {
+			var node corev1.Node
+			if err := reader.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err == nil {
+				slot.Zone = node.Labels[ZoneLabel]
+			}
+		}
+		out = append(out, slot)
+	}
+	return out, nil
+}
+
+// ensureShards creates the stream's missing shards and returns how many it
+// created.
+func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), replicas int) (int, error) {
+	var slots []brokerSlot
+	listed := false
+	shards := s.Spec.Shards
+	if shards == 0 {
+		shards = 1
+	}
+	created := 0
+	for i := int32(0); i < shards; i++ {
+		name := ShardName(s.Name, i)
+		var existing felixv1.FelixShard
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &existing)
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return created, err
+		}
+		if !listed {
+			var err error
+			if slots, err = listSlots(); err != nil {
+				return created, err
+			}
+			listed = true
+		}
+		set, err := spreadReplicas(slots, i, replicas)
+		if err != nil {
+			return created, err
+		}
+		sh := &felixv1.FelixShard{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{
+				LabelName: "felix", LabelInstance: s.Spec.Cluster, LabelManagedBy: "felix-operator",
+				LabelCluster: s.Spec.Cluster, LabelStream: s.Name,
+			}},
+			Spec: felixv1.FelixShardSpec{Stream: s.Name, Index: i, Replicas: set},
+		}
+		if err := controllerutil.SetControllerReference(s, sh, r.Client.Scheme()); err != nil {
+			return created, err
+		}
+		if err := r.Client.Create(ctx, sh); err != nil && !apierrors.IsAlreadyExists(err) {
+			return created, fmt.Errorf("create FelixShard %s: %w", name, err)
+		}
+		created++
+	}
+	if created > 0 && r.Events != nil {
+		r.Events.Eventf(s, nil, corev1.EventTypeNormal, "ShardsCreated", "Place", "created %d shards with %d replicas each", created, replicas)
+	}
+	return created, nil
+}
+
+// patchStatus computes readyShards and the conditions once and patches
+// them when they changed.
+func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.FelixStream, shards []felixv1.FelixShard, created int, blocked *metav1.Condition) error {
+	want := s.Spec.Shards
+	if want == 0 {
+		want = 1
+	}
+	var ready, waiting, assigned int32
+	for _, sh := range shards {
+		if conditionTrue(sh.Status.Conditions, felixv1.ConditionReady) {
+			ready++
+		}
+		if conditionTrue(sh.Status.Conditions, felixv1.ConditionWaiting) {
+			waiting++
+		}
+		if sh.Status.Assignment != nil {
+			assigned++
+		}
+	}
+	var conds []metav1.Condition
+	summary := fmt.Sprintf("%d/%d shards ready", ready, want)
+	conds = append(conds, cond(felixv1.ConditionReady, ready == want && blocked == nil, readyReason(ready == want), summary))
+	switch {
+	case blocked != nil:
+		conds = append(conds, cond(felixv1.ConditionProgressing, false, blocked.Reason, blocked.Message), *blocked)
+	case created > 0 || int32(len(shards)) < want || assigned < want:
+		conds = append(conds, cond(felixv1.ConditionProgressing, true, "PlacingShards", fmt.Sprintf("%d/%d shards exist, %d assigned", len(shards), want, assigned)),
+			cond(felixv1.ConditionDegraded, false, "AsExpected", "nothing blocks the stream"))
+	case waiting > 0:
+		conds = append(conds, cond(felixv1.ConditionProgressing, false, "Placed", "every shard exists"),
+			cond(felixv1.ConditionDegraded, true, "ShardsWaiting", fmt.Sprintf("%d shards wait for an eligible replica to lead [CP-3]", waiting)))
+	default:
+		conds = append(conds, cond(felixv1.ConditionProgressing, false, "Placed", "every shard exists"),
+			cond(felixv1.ConditionDegraded, false, "AsExpected", "nothing blocks the stream"))
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	st := s.Status.DeepCopy()
+	st.ObservedGeneration, st.ReadyShards = s.Generation, ready
+	st.Conditions = setConditions(st.Conditions, s.Generation, now, conds...)
+	if semanticEqual(*st, s.Status) {
+		return nil
+	}
+	wasBlocked := conditionTrue(s.Status.Conditions, felixv1.ConditionDegraded)
+	orig := s.DeepCopy()
+	s.Status = *st
+	if err := r.Client.Status().Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil {
+		return err
+	}
+	if blocked != nil && !wasBlocked && r.Events != nil {
+		r.Events.Eventf(s, nil, corev1.EventTypeWarning, blocked.Reason, "Place", "%s", blocked.Message)
+	}
+	return nil
+}
+
+func readyReason(ok bool) string {
+	if ok {
+		return "AllShardsReady"
+	}
+	return "ShardsNotReady"
+}
+
+// SetupWithManager registers the reconciler: streams, their shards, and
+// the brokers and clusters they are placed on.
+func (r *FelixStreamReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("felixstream").
+		For(&felixv1.FelixStream{}).
+		Owns(&felixv1.FelixShard{}).
+		Watches(&felixv1.FelixCluster{}, handler.EnqueueRequestsFromMapFunc(r.streamsOfCluster)).
+		Watches(&felixv1.FelixBroker{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			b, ok := o.(*felixv1.FelixBroker)
+			if !ok {
+				return nil
+			}
+			return r.streamsOf(ctx, b.Namespace, b.Spec.Cluster)
+		})).
+		Complete(r)
+}
+
+func (r *FelixStreamReconciler) streamsOfCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.streamsOf(ctx, o.GetNamespace(), o.GetName())
+}
+
+// streamsOf lists the streams placed on a cluster.
+func (r *FelixStreamReconciler) streamsOf(ctx context.Context, namespace, cluster string) []reconcile.Request {
+	var list felixv1.FelixStreamList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, s := range list.Items {
+		if s.Spec.Cluster == cluster {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+		}
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+package felixd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+)
+
+// DefaultStepInterval is the pause between workload steps when
+// RunConfig.StepInterval is zero.
+const DefaultStepInterval = 100 * time.Millisecond
+
+// RunConfig configures Run.
+type RunConfig struct {
+	// Lease is the workload's lease. Required.
+	Lease *Lease
+	// Log is the workload's shard. Required.
+	Log Log
+	// Workload is the state machine. Required.
+	Workload Workload
+	// CheckStream, when set, is called after the lease is acquired and
+	// before the fenced write; an error (ErrRetention) stops Run [FD-4].
+	// Typically a closure over CheckStream.
+	CheckStream func(context.Context) error
+	// SnapshotEvery is the number of outputs between snapshots; zero
+	// means never.
+	SnapshotEvery int
+	// StepInterval is the pause between steps; zero means
+	// DefaultStepInterval.
+	StepInterval time.Duration
+	// Clock is injected; nil means the real clock.
+	Clock clock.Clock
+	// Logger receives the run's log lines.
+	Logger logr.Logger
+}
+
+// Run acquires the lease, checks the stream, starts a holder (catch-up and
+// fenced write) and then, every StepInterval: appends the workload's next
+// outputs under the tail check, snapshots and trims when due, and renews
+// the lease when due. Writes come before the renewal in each step: safety
+// rests on the fence, not on the holder noticing in time that its lease
+// expired.
+//
+// It returns ErrRetired when a newer epoch took over, an error matching
+// ErrLeaseLost when the renewal failed, ErrRetention when the stream
+// check refused, and nil when ctx ends (after releasing the lease).
+func Run(ctx context.Context, cfg RunConfig) error {
+	if cfg.Lease == nil || cfg.Log == nil || cfg.Workload == nil {
+		return errors.New("felixd: Run needs a Lease, a Log and a Workload")
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	step := cfg.StepInterval
+	if step <= 0 {
+		step = DefaultStepInterval
+	}
+	log := cfg.Logger
+	log.Info("campaigning for the lease")
+	epoch, err := cfg.Lease.Acquire(ctx)
+	if err != nil {
+		return stopped(ctx, err)
+	}
+	log = log.WithValues("epoch", epoch)
+	log.Info("lease acquired")
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := cfg.Lease.Release(rctx); err != nil {
+			log.V(1).Info("lease not released", "err", err.Error())
+		}
+	}()
+	if cfg.CheckStream != nil {
+		if err := cfg.CheckStream(ctx); err != nil {
+			return err
+		}
+	}
+	h, err := NewHolder(HolderConfig{Log: cfg.Log, Epoch: epoch, Workload: cfg.Workload, SnapshotEvery: cfg.SnapshotEvery, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return stopped(ctx, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping", "tail", h.Expected())
+			return nil
+		case <-clk.After(step):
+		}
+		if err := runStep(ctx, h, cfg.Workload); err != nil {
+			return stopped(ctx, err)
+		}
+		if cfg.Lease.RenewDue() {
+			if err := cfg.Lease.Renew(ctx); err != nil {
+				if errors.Is(err, ErrLeaseLost) {
+					log.Info("lease lost; stopping", "err", err.Error())
+					return err
+				}
+				log.V(1).Info("lease renewal failed; will retry", "err", err.Error())
+			}
+		}
+	}
+}
+
+// runStep appends the workload's next outputs and snapshots when due.
+func runStep(ctx context.Context, h *Holder, w Workload) error {
+	outs, err := w.Next(ctx)
+	if err != nil {
+		return fmt.Errorf("felixd: workload: %w", err)
+	}
+	if err := h.Append(ctx, outs); err != nil {
+		if errors.Is(err, ErrNotWritten) {
+			return nil
+		}
+		return err
+	}
+	if h.SnapshotDue() {
+		if err := h.Snapshot(ctx); err != nil && !errors.Is(err, ErrNotWritten) {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopped returns nil for an error caused by ctx ending.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil
+	}
+	return err
+}

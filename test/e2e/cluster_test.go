@@ -1,0 +1,232 @@
+// Package e2e runs real `felix broker` processes as cluster members against a
+// real kube-apiserver with the Felix operator's reconcilers, on loopback with
+// real badger directories.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/controllers"
+	"felix.dev/felix/internal/testenv"
+)
+
+// cluster is an API server, the operator's reconcilers in this process, and
+// broker processes started by the test (standing in for the kubelet).
+type cluster struct {
+	t         *testing.T
+	env       *testenv.Env
+	c         client.Client
+	bin       string
+	namespace string
+	name      string
+	dir       string
+
+	mu      sync.Mutex
+	brokers map[string]*brokerProc
+}
+
+type brokerProc struct {
+	name    string
+	dataDir string
+	cmd     *exec.Cmd
+	addr    string
+	http    string
+	id      string
+	exited  chan struct{}
+}
+
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+// felixBinary builds ./cmd/felix once per test binary.
+func felixBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "felix-e2e-bin-")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "felix")
+		cmd := exec.Command("go", "build", "-o", buildOnce.path, "./cmd/felix")
+		cmd.Dir = testenv.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.path
+}
+
+// newCluster starts the API server and the operator, and creates a
+// FelixCluster of n brokers with short timings.
+func newCluster(t *testing.T, n int32, fsync felixv1.FsyncMode) *cluster {
+	t.Helper()
+	env := testenv.Start(t)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: controllers.NewScheme(), Cache: controllers.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	c := &cluster{t: t, env: env, c: env.Client, bin: felixBinary(t), namespace: "e2e", name: "demo",
+		dir: t.TempDir(), brokers: map[string]*brokerProc{}}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		for _, b := range c.brokers {
+			if b.cmd.Process != nil {
+				_ = b.cmd.Process.Signal(syscall.SIGCONT)
+				_ = b.cmd.Process.Kill()
+				<-b.exited
+			}
+		}
+		c.mu.Unlock()
+		cancel()
+		<-done
+	})
+	if err := c.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	fc := &felixv1.FelixCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.namespace},
+		Spec: felixv1.FelixClusterSpec{Brokers: n, Image: "felix:dev",
+			Durability:        felixv1.DurabilitySpec{Fsync: fsync},
+			HeartbeatInterval: &metav1.Duration{Duration: 300 * time.Millisecond},
+			NodeExpiry:        &metav1.Duration{Duration: 1500 * time.Millisecond}},
+	}
+	if err := c.c.Create(ctx, fc); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startBroker starts (or restarts) broker <cluster>-<ordinal> as a process
+// and waits until it serves.
+func (c *cluster) startBroker(ordinal int) *brokerProc {
+	c.t.Helper()
+	name := fmt.Sprintf("%s-%d", c.name, ordinal)
+	dataDir := filepath.Join(c.dir, name)
+	cmd := exec.Command(c.bin, "broker",
+		"--cluster", c.name, "--broker", name, "--namespace", c.namespace,
+		"--kubeconfig", c.env.Kubeconfig, "--data-dir", dataDir,
+		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", "periodic",
+		"--heartbeat-interval", "300ms", "--node-expiry", "1500ms", "--pass-interval", "50ms")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	logf, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	b := &brokerProc{name: name, dataDir: dataDir, cmd: cmd, exited: make(chan struct{})}
+	serving := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "serving" {
+				serving <- m
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(b.exited) }()
+	c.mu.Lock()
+	c.brokers[name] = b
+	c.mu.Unlock()
+	select {
+	case m := <-serving:
+		b.addr, b.http, b.id = m["listen"].(string), m["http"].(string), m["storageID"].(string)
+	case <-b.exited:
+		c.t.Fatalf("broker %s exited before serving; log: %s", name, c.brokerLog(name))
+	case <-time.After(60 * time.Second):
+		c.t.Fatalf("broker %s did not serve within 60s; log: %s", name, c.brokerLog(name))
+	}
+	return b
+}
+
+func (c *cluster) brokerLog(name string) string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, name+".log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// kill9 kills a broker process with SIGKILL and waits for it to exit.
+func (c *cluster) kill9(name string) {
+	c.t.Helper()
+	c.mu.Lock()
+	b := c.brokers[name]
+	c.mu.Unlock()
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+}
+
+// shard returns the FelixShard of a stream shard.
+func (c *cluster) shard(stream string, index int) *felixv1.FelixShard {
+	var s felixv1.FelixShard
+	if err := c.c.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: fmt.Sprintf("%s-%d", stream, index)}, &s); err != nil {
+		return nil
+	}
+	return &s
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func (c *cluster) eventually(what string, timeout time.Duration, cond func() (bool, string)) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
+}
+
+// addressOf returns the protocol address a broker serves on.
+func (c *cluster) addressOf(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.brokers[name].addr
+}
