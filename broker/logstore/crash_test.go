@@ -1,10 +1,10 @@
 package logstore
 
 import (
-	"errors"
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
@@ -99,7 +99,7 @@ func TestCrashChild(t *testing.T) {
 		fmt.Printf("bad mode %v\n", err)
 		os.Exit(3)
 	}
-	s, err := Open(Options{Dir: os.Getenv(envCrashDir), Fsync: mode, FsyncInterval: 20 * time.Millisecond, SegmentRecords: 1000})
+	s, err := Open(Options{Dir: os.Getenv(envCrashDir), Fsync: mode, FsyncInterval: 20 * time.Millisecond, SegmentRecords: 1000, AutoCommit: true})
 	if err != nil {
 		fmt.Printf("bad open %v\n", err)
 		os.Exit(3)

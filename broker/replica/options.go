@@ -73,7 +73,8 @@ type Options struct {
 	Logger logr.Logger
 	// OnReport receives every report a leader makes [RP-6] (the control
 	// plane writes it to FelixShard status.report). Called from the
-	// shard's goroutine: it must not block; copy and hand off.
+	// shard's goroutine: it must not block and must not call the Manager;
+	// copy and hand off.
 	OnReport func(replication.Report)
 	// Now stamps records whose client left Timestamp zero; nil means
 	// time.Now.

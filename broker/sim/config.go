@@ -146,6 +146,10 @@ type Stats struct {
 	Lost      int
 	// EndedServed counts runs that ended with a serving leader.
 	EndedServed int
+	// Ticks counts simulated ticks; ServingTicks those that ended with a
+	// serving leader (fence committed at the current epoch).
+	Ticks        int
+	ServingTicks int
 }
 
 func newStats() Stats {
@@ -177,13 +181,15 @@ func (s *Stats) Add(o Stats) {
 	s.Delivered += o.Delivered
 	s.Lost += o.Lost
 	s.EndedServed += o.EndedServed
+	s.Ticks += o.Ticks
+	s.ServingTicks += o.ServingTicks
 }
 
 // String renders the figures with sorted keys.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "runs=%d events=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d ended-serving=%d",
-		s.Runs, s.Events, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost, s.EndedServed)
+	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d ended-serving=%d",
+		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost, s.EndedServed)
 	b.WriteString(" faults{" + renderCounts(s.Faults) + "}")
 	b.WriteString(" waits{" + renderCounts(s.Waits) + "}")
 	return b.String()

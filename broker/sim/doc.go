@@ -19,10 +19,17 @@
 // section 6 (see Invariant); a violation stops the run and is returned as
 // a Failure with a replayable trace. Faults are injected only while the
 // fault budget allows: at most (R-1)/2 replicas faulty, where a replica is
-// faulty while it is down or frozen, and from a start that rotated its
-// storage id (a wipe, a restore, a machine crash that may have lost data)
-// until a report of the serving leader counts it caught up under its new
-// id and its log holds every acknowledged record again.
+// faulty while it is down or frozen, and from a start after its volume lost
+// data (a wipe, a restore, a machine crash that dropped unsynced writes) or
+// rotated its storage id, until a report of the serving leader counts it
+// caught up under its current id and its log holds every acknowledged
+// record again.
+//
+// Rules can be switched off for twins (Config.Rules, Config.Placement,
+// Config.NoRestoreRotation; see Config.ParseOff), and Config.LegacyPeers
+// runs some brokers as older builds without storage ids. docs/testing.md
+// describes the fault model, the invariants, the twins and how to replay a
+// seed.
 //
 // The simulator has no goroutines, reads no clock and never depends on map
 // iteration order: the same Config gives the same Result.

@@ -289,6 +289,10 @@ func (s *simulation) tick(rng *rand.Rand) {
 	}
 	s.processAll()
 	s.cpStep(func() bool { return rng.IntN(100) < assignLagPct })
+	s.stats.Ticks++
+	if s.servingLeader() != nil {
+		s.stats.ServingTicks++
+	}
 	if s.cfg.Trace {
 		s.tracef("  t=%d %s", s.now, s.statusLine())
 	}

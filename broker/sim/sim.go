@@ -330,7 +330,7 @@ func (s *simulation) processAll() {
 		for _, n := range s.nodes {
 			if n.running() && n.r.HasReady() {
 				any = true
-				s.process(n, -1)
+				s.process(n)
 			}
 		}
 		if !any || s.fail != nil {
@@ -339,15 +339,13 @@ func (s *simulation) processAll() {
 	}
 }
 
-// process handles one Ready of n. With crashAfter >= 0 the process dies
-// after sending the messages and writing only crashAfter of the writes.
-func (s *simulation) process(n *node, crashAfter int) {
+// process handles one Ready of n: messages leave, writes reach the page
+// cache (and the disk under OnCommit), then commits, acknowledgements and
+// the report are taken and the core is told with Advance.
+func (s *simulation) process(n *node) {
 	rd := n.r.Ready()
 	s.net.send(s.now, rd.Messages)
-	for i, w := range rd.Writes {
-		if crashAfter >= 0 && i >= crashAfter {
-			return
-		}
+	for _, w := range rd.Writes {
 		if w.Op == replication.WriteTruncate && w.Offset < n.lastCommitted[w.Log] {
 			s.failf(InvCommittedTruncated, "%s truncates %s at %d below its committed %d", n.id, w.Log, w.Offset, n.lastCommitted[w.Log])
 		}
@@ -358,9 +356,6 @@ func (s *simulation) process(n *node, crashAfter int) {
 			s.failf(InvCore, "%s: %v", n.id, err)
 			return
 		}
-	}
-	if crashAfter >= 0 {
-		return
 	}
 	if s.shape.Fsync == fsyncOnCommit && len(rd.Writes) > 0 {
 		n.vol.disk.sync()

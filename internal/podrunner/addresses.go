@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 )
 
@@ -54,13 +55,22 @@ func NewAddressBook(path string, first, last byte) (*AddressBook, error) {
 	if err := json.Unmarshal(data, &saved); err != nil {
 		return nil, fmt.Errorf("podrunner: address book %s: %w", path, err)
 	}
-	for k, v := range saved {
-		a, err := netip.ParseAddr(v)
+	// In key order, so a (hand-edited) file giving one address to two
+	// names deterministically keeps the first and drops the other.
+	keys := make([]string, 0, len(saved))
+	for k := range saved {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	taken := map[netip.Addr]bool{}
+	for _, k := range keys {
+		a, err := netip.ParseAddr(saved[k])
 		if err != nil {
 			return nil, fmt.Errorf("podrunner: address book %s: %q: %w", path, k, err)
 		}
-		if b.inRange(a) {
+		if b.inRange(a) && !taken[a] {
 			b.assigned[k] = a
+			taken[a] = true
 		}
 	}
 	return b, nil

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
@@ -53,6 +54,8 @@ type brokerProc struct {
 	id      string
 	exited  chan struct{}
 }
+
+var skipNameValidation = true
 
 var buildOnce struct {
 	sync.Once
@@ -90,6 +93,8 @@ func newCluster(t *testing.T, n int32, fsync felixv1.FsyncMode) *cluster {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: controllers.NewScheme(), Cache: controllers.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard(),
+		// Each test has its own API server and operator in this process.
+		Controller: ctrlconfig.Controller{SkipNameValidation: &skipNameValidation},
 	})
 	if err != nil {
 		t.Fatal(err)
