@@ -3,6 +3,7 @@ package felixd
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -38,7 +39,7 @@ func (c *Counter) Apply(output []byte) error {
 	if err != nil {
 		return fmt.Errorf("counter output %q: %w", output, err)
 	}
-	if v != c.value+1 {
+	if c.value == math.MaxUint64 || v != c.value+1 {
 		return fmt.Errorf("counter output %d does not follow %d", v, c.value)
 	}
 	c.value = v

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -64,5 +65,29 @@ func TestLease_EpochMonotonicPerWorkload(t *testing.T) {
 	}
 	if err := b.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("b renew after release: %v", err)
+	}
+}
+
+// A renewal that keeps failing for a transient reason gives the lease up
+// once RenewDeadline has passed since the last successful renewal.
+func TestLease_RenewDeadline(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(2_000_000, 0))
+	a := newTestLease(t, "lease-deadline", "a", clk)
+	if ok, err := a.TryAcquire(ctx); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	unreachable, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cfg.Client = unreachable.CoordinationV1()
+	clk.Step(2 * time.Second)
+	if err := a.Renew(ctx); err == nil || errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("renew 2s in: %v, want a transient error", err)
+	}
+	clk.Step(4 * time.Second) // 6s since the last renewal, deadline 5s
+	if err := a.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("renew past the deadline: %v, want ErrLeaseLost", err)
 	}
 }

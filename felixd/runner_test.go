@@ -2,11 +2,13 @@ package felixd
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"felix.dev/felix/broker/logstore"
@@ -92,5 +94,35 @@ func TestRun_CounterSurvivesHandover(t *testing.T) {
 	}
 	if got := strconv.FormatUint(w.Value(), 10); got != last {
 		t.Fatalf("rebuilt counter %s, last output %s", got, last)
+	}
+}
+
+// [FD-4] at the Run level: a refused stream stops Run after the lease is
+// acquired and before anything is written, and the lease is released.
+func TestFD4_RunRefusesBeforeFencedWrite(t *testing.T) {
+	cs, err := kubernetes.NewForConfig(apiServer(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, sl := newStoreLog(t, logstore.Options{})
+	lease, err := NewLease(LeaseConfig{Client: cs.CoordinationV1(), Namespace: "default", Name: "run-refused", Identity: "a",
+		LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 200 * time.Millisecond, Logger: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := func(context.Context) error { return ErrRetention }
+	err = Run(context.Background(), RunConfig{Lease: lease, Log: sl, Workload: &Counter{}, CheckStream: refuse, Logger: logr.Discard()})
+	if !errors.Is(err, ErrRetention) {
+		t.Fatalf("Run: %v, want ErrRetention", err)
+	}
+	if tail := l.Describe().Tail; tail != 0 {
+		t.Fatalf("a refused run wrote: tail %d", tail)
+	}
+	got, err := cs.CoordinationV1().Leases("default").Get(context.Background(), "run-refused", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := got.Spec.HolderIdentity; h == nil || *h != "" {
+		t.Fatalf("lease not released: holder %v", h)
 	}
 }

@@ -106,4 +106,3 @@ type FelixBrokerList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FelixBroker `json:"items"`
 }
-

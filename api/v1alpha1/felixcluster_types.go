@@ -121,4 +121,3 @@ type FelixClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FelixCluster `json:"items"`
 }
-

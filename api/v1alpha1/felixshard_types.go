@@ -152,4 +152,3 @@ type FelixShardList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FelixShard `json:"items"`
 }
-

@@ -6,7 +6,7 @@ import (
 )
 
 // FelixStreamSpec is a sharded, replicated log.
-// +kubebuilder:validation:XValidation:rule="!self.fenced || !has(self.retention) || (!has(self.retention.maxAge) && !has(self.retention.maxBytes))",message="a fenced stream must keep retention off: retention can delete the write that fences a stale writer [TR-7]"
+// +kubebuilder:validation:XValidation:rule="!has(self.fenced) || !self.fenced || !has(self.retention) || (!has(self.retention.maxAge) && !has(self.retention.maxBytes))",message="a fenced stream must keep retention off: retention can delete the write that fences a stale writer [TR-7]"
 type FelixStreamSpec struct {
 	// Cluster is the FelixCluster whose brokers hold the stream.
 	// +kubebuilder:validation:MinLength=1
@@ -101,4 +101,3 @@ type FelixStreamList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FelixStream `json:"items"`
 }
-

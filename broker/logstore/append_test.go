@@ -162,20 +162,25 @@ func TestTR1_ConcurrentConditionalExactlyOne(t *testing.T) {
 }
 
 func TestAppendLimitsRefuseWholeBatch(t *testing.T) {
-	s := openTest(t, Options{MaxRecordBytes: 10, MaxBatchRecords: 3, MaxBatchBytes: 200})
+	s := openTest(t, Options{MaxRecordBytes: 100, MaxBatchRecords: 3, MaxBatchBytes: 200})
 	l := mustLog(t, s, testLog)
-	for name, recs := range map[string][]record.Record{
-		"record too large": data("ok", "this payload is too long"),
-		"too many records": data("a", "b", "c", "d"),
-		"batch too large":  {{Payload: make([]byte, 10)}, {Headers: []record.Header{{Key: strings.Repeat("k", 5)}}}, {Payload: make([]byte, 10)}},
+	big := func(n int) []byte { return make([]byte, n) }
+	for _, tc := range []struct {
+		name string
+		recs []record.Record
+	}{
+		{"record too large", []record.Record{{Payload: big(5)}, {Payload: big(101)}}},
+		{"headers count toward the record", []record.Record{{Payload: big(60), Headers: []record.Header{{Key: "k", Value: big(40)}}}}},
+		{"too many records", data("a", "b", "c", "d")},
+		{"batch too large", []record.Record{{Payload: big(90)}, {Payload: big(90)}, {Payload: big(90)}}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := l.Append(context.Background(), recs, nil)
-			if name != "batch too large" && !errors.Is(err, record.ErrRecordTooLarge) {
-				t.Fatalf("got %v", err)
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.Append(context.Background(), tc.recs, nil)
+			if !errors.Is(err, record.ErrRecordTooLarge) {
+				t.Fatalf("got %v, want ErrRecordTooLarge", err)
 			}
-			if l.Describe().Tail != 0 && err != nil {
-				t.Fatalf("refused batch wrote records")
+			if tail := l.Describe().Tail; tail != 0 {
+				t.Fatalf("refused batch wrote records: tail %d", tail)
 			}
 		})
 	}
@@ -184,6 +189,9 @@ func TestAppendLimitsRefuseWholeBatch(t *testing.T) {
 	}
 	if _, err := l.Append(context.Background(), nil, nil); !errors.Is(err, ErrBadRecord) {
 		t.Fatalf("empty append: %v", err)
+	}
+	if r := mustAppend(t, l, []record.Record{{Payload: big(100)}}, nil); r.Tail != 1 {
+		t.Fatalf("a record at the limit: %+v", r)
 	}
 }
 

@@ -94,3 +94,35 @@ func FuzzParseKeys(f *testing.F) {
 		_, _ = parseTrimKey(b)
 	})
 }
+
+func FuzzCommitLogFrames(f *testing.F) {
+	f.Add(appendFrame(nil, []frameEntry{{op: opSet, k: dataKey(1, 0, 0), v: encodeBatch(0, data("a"))}}))
+	f.Add(appendFrame(appendFrame(nil, []frameEntry{{op: opDelete, k: []byte("k")}}), []frameEntry{{op: opSet, k: []byte("x"), v: []byte("y")}}))
+	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for len(b) >= 8 {
+			body, rest, ok := nextFrame(b)
+			if !ok {
+				return
+			}
+			kvs, err := decodeFrame(body)
+			if err != nil {
+				return
+			}
+			again, _, ok := nextFrame(appendFrame(nil, kvs))
+			if !ok {
+				t.Fatal("re-encoded frame does not parse")
+			}
+			kvs2, err := decodeFrame(again)
+			if err != nil || len(kvs2) != len(kvs) {
+				t.Fatalf("round trip: %v", err)
+			}
+			for i := range kvs {
+				if kvs[i].op != kvs2[i].op || string(kvs[i].k) != string(kvs2[i].k) || string(kvs[i].v) != string(kvs2[i].v) {
+					t.Fatalf("entry %d differs", i)
+				}
+			}
+			b = rest
+		}
+	})
+}

@@ -95,7 +95,6 @@ type node struct {
 	store *memLog
 	r     *Replica
 	up    bool
-	gen   int
 }
 
 // cluster drives Replica instances in memory, deterministically: FIFO
@@ -294,9 +293,7 @@ func (c *cluster) processReady() bool {
 			}
 			c.reports[n] = rd.Report
 		}
-		for _, m := range rd.Messages {
-			c.queue = append(c.queue, m)
-		}
+		c.queue = append(c.queue, rd.Messages...)
 		nd.r.Advance(rd)
 	}
 	return any

@@ -54,14 +54,6 @@ func epochIn(starts []EpochStart, o uint64) (uint64, bool) {
 	return starts[i-1].Epoch, true
 }
 
-// lastEpoch is the epoch of the last record, 0 for an empty log.
-func (v *logView) lastEpoch() uint64 {
-	if len(v.epochs) == 0 || v.tail == v.base {
-		return 0
-	}
-	return v.epochs[len(v.epochs)-1].Epoch
-}
-
 // position describes the persisted log (what may be claimed to a peer).
 func (v *logView) position() LogPosition {
 	return LogPosition{Base: v.base, Tail: v.stable, Epochs: clipEpochs(v.epochs, v.stable)}

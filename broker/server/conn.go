@@ -204,7 +204,6 @@ func (c *conn) readLoop(br *bufio.Reader) {
 				if !c.setReadDeadline(idle) {
 					return
 				}
-				armed = o.IdleTimeout > 0
 			}
 			if _, err := br.Peek(1); err != nil {
 				if c.isDraining() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {

@@ -135,19 +135,19 @@ func TestSim(t *testing.T) {
 	}
 }
 
-var flagLegacyStrict = flag.Bool("sim.legacy-strict", false, "TestSim_LegacyPeers fails (instead of skipping) on the known core finding")
+var flagLegacyStrict = flag.Bool("sim.legacy-strict", false, "TestLegacyPeers_NoLoss fails (instead of skipping) on the known core finding")
 
-// TestSim_LegacyPeers runs the seeds with about half the brokers older
-// builds that present no storage id (a mixed-version cluster), every rule
-// on. It currently finds losses that trace to one known finding in the
+// TestLegacyPeers_NoLoss runs the first half of the seeds (to keep the
+// default run short) with about half the brokers older builds that present
+// no storage id (a mixed-version cluster), every rule on. It currently finds losses that trace to one known finding in the
 // replication core (docs/testing.md, "Known findings"): a follower that
 // presents no id and comes back with less than its cursor says (wiped)
 // answers an exchange with a mismatch, and the leader keeps its confirmed
 // position, so a fresh report calls it caught up and placement may promote
 // it. Until the core changes, the test reports the failures and their
 // replay and skips; -sim.legacy-strict makes it fail.
-func TestSim_LegacyPeers(t *testing.T) {
-	outs := sweep(Config{Steps: *flagSteps, LegacyPeers: true}, *flagFirst, *flagSeeds, nil)
+func TestLegacyPeers_NoLoss(t *testing.T) {
+	outs := sweep(Config{Steps: *flagSteps, LegacyPeers: true}, *flagFirst, max(*flagSeeds/2, 1), nil)
 	total := newStats()
 	var failed []outcome
 	for _, o := range outs {

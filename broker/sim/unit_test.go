@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestSim_Deterministic: the same Config gives the same trace and figures.
-func TestSim_Deterministic(t *testing.T) {
+// TestRun_Deterministic: the same Config gives the same trace and figures.
+func TestRun_Deterministic(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 21, 98} {
 		cfg := Config{Seed: seed, Steps: 200, Trace: true}
 		a, b := Run(cfg), Run(cfg)
@@ -20,9 +20,9 @@ func TestSim_Deterministic(t *testing.T) {
 	}
 }
 
-// TestSim_KeepRoundTrip: FormatKeep and ParseKeep agree, and bad input is
+// TestKeep_RoundTrip: FormatKeep and ParseKeep agree, and bad input is
 // refused.
-func TestSim_KeepRoundTrip(t *testing.T) {
+func TestKeep_RoundTrip(t *testing.T) {
 	for _, keep := range [][]int{{0}, {0, 1, 2, 5}, {3, 7, 8, 9, 20}} {
 		got, err := ParseKeep(FormatKeep(keep))
 		if err != nil || !slices.Equal(got, keep) {
@@ -36,9 +36,9 @@ func TestSim_KeepRoundTrip(t *testing.T) {
 	}
 }
 
-// TestSim_ShrinkKeepsFailure: a twin's failing seed shrinks to a shorter
+// TestShrink_KeepsFailure: a twin's failing seed shrinks to a shorter
 // schedule that still fails with the same invariant.
-func TestSim_ShrinkKeepsFailure(t *testing.T) {
+func TestShrink_KeepsFailure(t *testing.T) {
 	cfg := Config{Steps: 300}
 	cfg.ParseOff(OffCP1)
 	for seed := uint64(1); seed <= 200; seed++ {
@@ -62,8 +62,8 @@ func TestSim_ShrinkKeepsFailure(t *testing.T) {
 	t.Fatal("no failing seed to shrink in 200 seeds with [CP-1] off")
 }
 
-// TestSim_ParseOff: every switch name round-trips.
-func TestSim_ParseOff(t *testing.T) {
+// TestParseOff_RoundTrip: every switch name round-trips.
+func TestParseOff_RoundTrip(t *testing.T) {
 	var c Config
 	all := strings.Join([]string{OffRP3, OffRP4, OffRP5, OffFence, OffCP1, OffID3}, ",")
 	if err := c.ParseOff(all); err != nil || c.Off() != all {

@@ -104,6 +104,16 @@ func specGrace(pod *corev1.Pod) time.Duration {
 	return 30 * time.Second
 }
 
+// isDone reports whether every process of the worker has exited.
+func (w *podWorker) isDone() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *podWorker) markDirty() {
 	select {
 	case w.dirty <- struct{}{}:

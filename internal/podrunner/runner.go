@@ -175,7 +175,11 @@ func (r *Runner) reconcilePod(ctx context.Context, req reconcile.Request) (recon
 	if apierrors.IsNotFound(err) {
 		// Deleted outright (grace 0): stop whatever still runs.
 		if w := r.worker(req.NamespacedName); w != nil {
-			w.requestStop(specGrace(w.pod), false)
+			if w.isDone() {
+				r.forget(w)
+			} else {
+				w.requestStop(specGrace(w.pod), false)
+			}
 		}
 		return reconcile.Result{}, nil
 	}
@@ -196,9 +200,13 @@ func (r *Runner) reconcilePod(ctx context.Context, req reconcile.Request) (recon
 	}
 	w := r.worker(req.NamespacedName)
 	if w != nil && w.uid != pod.UID {
-		// An earlier pod of the same name still winds down.
-		w.requestStop(specGrace(w.pod), false)
-		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		if !w.isDone() {
+			// An earlier pod of the same name still winds down.
+			w.requestStop(specGrace(w.pod), false)
+			return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		r.forget(w)
+		w = nil
 	}
 	if pod.DeletionTimestamp != nil {
 		if w == nil {

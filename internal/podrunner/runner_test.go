@@ -492,6 +492,41 @@ func waitReadyAtLeast(t *testing.T, ns, name string, minRestarts int32) *corev1.
 	return pod
 }
 
+// TestPodReplacement_SameNameSameAddress: a pod that completed
+// (Succeeded) is deleted and replaced by a pod of the same name, which
+// runs at the same address.
+func TestPodReplacement_SameNameSameAddress(t *testing.T) {
+	ctx := context.Background()
+	const ns = "replace"
+	createNamespace(t, ns)
+	startRunner(t, ns, 226, nil)
+	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
+	must(t, env.Client.Create(ctx, claim(ns, "data-c0")))
+	job := brokerLikePod(ns, "c0", "data-c0")
+	job.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	job.Spec.Containers[0].Args = []string{"--data-dir", "/var/lib/felix", "--name", "job", "--exit", "0"}
+	job.Spec.Containers[0].ReadinessProbe, job.Spec.Containers[0].LivenessProbe = nil, nil
+	must(t, env.Client.Create(ctx, job))
+	eventually(t, 20*time.Second, "job pod Succeeded", func() (bool, string) {
+		p, err := getPod(t, ns, "c0")
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+	})
+	first, _ := getPod(t, ns, "c0")
+	must(t, env.Client.Delete(ctx, first))
+	eventually(t, 15*time.Second, "completed pod removed", func() (bool, string) {
+		_, err := getPod(t, ns, "c0")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	must(t, env.Client.Create(ctx, brokerLikePod(ns, "c0", "data-c0")))
+	second := waitReady(t, ns, "c0", 0)
+	if second.UID == first.UID || second.Status.PodIP != first.Status.PodIP || second.Status.PodIP != "127.0.0.226" {
+		t.Fatalf("replacement uid %s ip %s; first uid %s ip %s", second.UID, second.Status.PodIP, first.UID, first.Status.PodIP)
+	}
+}
+
 // TestInitFailure_NeverRestartFailsPod: an init container failing under
 // restartPolicy Never fails the pod and its main container never starts.
 func TestInitFailure_NeverRestartFailsPod(t *testing.T) {

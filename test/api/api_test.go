@@ -221,6 +221,26 @@ spec: {stream: events, index: 0, replicas: [a, b, c, d, e, f]}`, "must have at m
 	}
 }
 
+// TestTR7_RetentionAllowedOnUnfencedStream: retention is refused only on a
+// fenced stream; an ordinary stream may set it.
+func TestTR7_RetentionAllowedOnUnfencedStream(t *testing.T) {
+	createNamespace(t, "retention")
+	for _, y := range []string{
+		`{"apiVersion":"felix.dev/v1alpha1","kind":"FelixStream","metadata":{"name":"a"},"spec":{"cluster":"demo","retention":{"maxAge":"24h"}}}`,
+		`{"apiVersion":"felix.dev/v1alpha1","kind":"FelixStream","metadata":{"name":"b"},"spec":{"cluster":"demo","fenced":false,"retention":{"maxBytes":"1Gi"}}}`,
+		`{"apiVersion":"felix.dev/v1alpha1","kind":"FelixStream","metadata":{"name":"c"},"spec":{"cluster":"demo","fenced":true}}`,
+	} {
+		u := &unstructured.Unstructured{}
+		if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(y), 4096).Decode(&u.Object); err != nil {
+			t.Fatal(err)
+		}
+		u.SetNamespace("retention")
+		if err := env.Client.Create(ctx(t), u); err != nil {
+			t.Errorf("%s refused: %v", u.GetName(), err)
+		}
+	}
+}
+
 func TestImmutableFields(t *testing.T) {
 	createNamespace(t, "immutable")
 	s := &felixv1.FelixStream{
