@@ -173,3 +173,42 @@ func TestTR6_MaintainDeletesBelowEveryFloor(t *testing.T) {
 		}
 	}
 }
+
+func TestStartAtLetsAnEmptyFollowerBeginAtTheLeadersStart(t *testing.T) {
+	leader := mustLog(t, openTest(t, Options{AutoCommit: true, SegmentRecords: 4}), testLog)
+	fill(t, leader, 10, "r")
+	mustTrim(t, leader, TrimRequest{Floor: 9, ExpectTail: 10, Headers: epochHeader("2")})
+	if _, err := leader.DeleteBelowFloor(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start := leader.Describe().Start // 8
+	recs := readAll(t, leader, start, true)
+
+	fs := openTest(t, Options{})
+	f := mustLog(t, fs, testLog)
+	if err := f.AppendReplicated(context.Background(), recs); !errors.Is(err, record.ErrOffsetMismatch) {
+		t.Fatalf("copy at the leader's start into an empty log at 0: %v", err)
+	}
+	if err := f.StartAt(start); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.AppendReplicated(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetCommitted(f.Describe().Tail); err != nil {
+		t.Fatal(err)
+	}
+	fs = reopen(t, fs)
+	f = mustLog(t, fs, testLog)
+	info := f.Describe()
+	if info.Start != start || info.Floor != 9 || info.Tail != 11 {
+		t.Fatalf("follower after reopen %+v", info)
+	}
+	_, err := f.Read(0, ReadOptions{WithTrimTag: true})
+	if too := wantTooOld(t, err); too.Floor != 9 || headerValue(too.TrimHeaders, "epoch") != "2" {
+		t.Fatalf("follower refusal %+v", too)
+	}
+	if err := f.StartAt(20); !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("StartAt on a log with records: %v", err)
+	}
+}

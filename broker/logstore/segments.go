@@ -251,5 +251,29 @@ func (s *Store) Maintain(ctx context.Context) (DeleteResult, error) {
 			total.Bytes += r.Bytes
 		}
 	}
+	if s.opts.ValueThreshold > 0 {
+		if err := s.valueLogGC(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return total, errors.Join(errs...)
+}
+
+// valueLogGC rewrites value log files that are mostly garbage, until badger
+// finds none (a bounded number of rounds).
+func (s *Store) valueLogGC(ctx context.Context) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	for i := 0; i < 16 && ctx.Err() == nil; i++ {
+		err := s.db.RunValueLogGC(0.5)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("logstore: value log gc: %w", err)
+		}
+	}
+	return ctx.Err()
 }

@@ -66,6 +66,9 @@ func Open(opts Options) (*Store, error) {
 		WithCompression(options.None).
 		WithNumCompactors(2).
 		WithLogger(nil)
+	if opts.ValueThreshold > 0 {
+		bo = bo.WithValueThreshold(opts.ValueThreshold)
+	}
 	if opts.BadgerLogging {
 		bo = bo.WithLogger(badgerLogger{opts.Logger.WithName("badger")})
 	}

@@ -133,8 +133,15 @@ func (r *Replica) onAppendResp(m Message) {
 			c.next = c.confirmed
 		}
 	} else {
+		// Under one storage id the shared prefix only grows ([ID-3]
+		// rotates the id whenever a directory may hold less), so a lower
+		// refusal is a stale answer and is ignored. A broker that
+		// presents no storage id keeps its cursor across a wipe, so for
+		// it a refusal is the only news of the loss [RP-4]: take it.
+		// Lowering confirmed only claims less; the committed position
+		// never moves back.
 		cp := v.commonPrefix(LogPosition{Base: m.Base, Tail: m.Tail, Epochs: m.Epochs})
-		if cp > c.confirmed || !c.known {
+		if cp > c.confirmed || !c.known || p.cursorID == "" {
 			c.confirmed = cp
 		}
 		c.next = cp

@@ -27,8 +27,25 @@ func (r *Runner) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	if err := r.client.Get(ctx, req.NamespacedName, &pvc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if pvc.DeletionTimestamp == nil {
+		gone, err := r.orphaned(ctx, &pvc)
+		if err != nil {
+			// The check is retried at the next resync; it never holds
+			// up the object's own reconcile.
+			r.log.V(1).Info("owner check failed", "object", req.String(), "err", err.Error())
+		}
+		if gone {
+			return reconcile.Result{}, r.collect(ctx, "PersistentVolumeClaim", &pvc)
+		}
+	}
+	res, err := r.syncClaim(ctx, req, &pvc)
+	return withGC(&pvc, res, err)
+}
+
+// syncClaim binds, provisions or releases one claim.
+func (r *Runner) syncClaim(ctx context.Context, req reconcile.Request, pvc *corev1.PersistentVolumeClaim) (reconcile.Result, error) {
 	if pvc.DeletionTimestamp != nil {
-		inUse, err := r.claimInUse(ctx, &pvc)
+		inUse, err := r.claimInUse(ctx, pvc)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -38,14 +55,14 @@ func (r *Runner) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 		if err := r.removeClaimDir(pvc.Namespace, pvc.Name, pvc.UID); err != nil {
 			return reconcile.Result{}, err
 		}
-		if controllerutil.RemoveFinalizer(&pvc, pvcProtectionFinalizer) {
-			if err := r.client.Update(ctx, &pvc); err != nil && !apierrors.IsNotFound(err) {
+		if controllerutil.RemoveFinalizer(pvc, pvcProtectionFinalizer) {
+			if err := r.client.Update(ctx, pvc); err != nil && !apierrors.IsNotFound(err) {
 				return reconcile.Result{}, err
 			}
 		}
 		return reconcile.Result{}, nil
 	}
-	if _, err := r.provisionClaim(ctx, &pvc); err != nil {
+	if _, err := r.provisionClaim(ctx, pvc); err != nil {
 		if errors.Is(err, errVolume) {
 			r.log.V(1).Info("claim not provisionable yet", "claim", req.String(), "err", err.Error())
 			return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -60,7 +77,7 @@ func (r *Runner) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
 	}
-	if err := r.client.Status().Update(ctx, &pvc); err != nil {
+	if err := r.client.Status().Update(ctx, pvc); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}

@@ -189,11 +189,29 @@ func (r *Runner) reconcilePod(ctx context.Context, req reconcile.Request) (recon
 	if !r.selects(&pod) {
 		return reconcile.Result{}, nil
 	}
+	if pod.DeletionTimestamp == nil {
+		gone, err := r.orphaned(ctx, &pod)
+		if err != nil {
+			// The check is retried at the next resync; it never holds
+			// up the object's own reconcile.
+			r.log.V(1).Info("owner check failed", "object", req.String(), "err", err.Error())
+		}
+		if gone {
+			return reconcile.Result{}, r.collect(ctx, "Pod", &pod)
+		}
+	}
+	res, err := r.syncPod(ctx, &pod)
+	return withGC(&pod, res, err)
+}
+
+// syncPod binds, starts or stops one pod.
+func (r *Runner) syncPod(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pod)}
 	if pod.Spec.NodeName == "" {
 		if pod.DeletionTimestamp != nil {
-			return reconcile.Result{}, r.deleteNow(ctx, &pod)
+			return reconcile.Result{}, r.deleteNow(ctx, pod)
 		}
-		return reconcile.Result{}, r.bind(ctx, &pod)
+		return reconcile.Result{}, r.bind(ctx, pod)
 	}
 	if pod.Spec.NodeName != r.cfg.NodeName {
 		return reconcile.Result{}, nil
@@ -210,16 +228,16 @@ func (r *Runner) reconcilePod(ctx context.Context, req reconcile.Request) (recon
 	}
 	if pod.DeletionTimestamp != nil {
 		if w == nil {
-			return reconcile.Result{}, r.deleteNow(ctx, &pod)
+			return reconcile.Result{}, r.deleteNow(ctx, pod)
 		}
 		w.mu.Lock()
 		finished := w.finished
 		w.mu.Unlock()
 		if finished {
 			r.forget(w)
-			return reconcile.Result{}, r.deleteNow(ctx, &pod)
+			return reconcile.Result{}, r.deleteNow(ctx, pod)
 		}
-		grace := specGrace(&pod)
+		grace := specGrace(pod)
 		if g := pod.DeletionGracePeriodSeconds; g != nil {
 			grace = time.Duration(*g) * time.Second
 		}
@@ -232,7 +250,7 @@ func (r *Runner) reconcilePod(ctx context.Context, req reconcile.Request) (recon
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return reconcile.Result{}, nil // terminal pods never run again
 	}
-	r.start(&pod)
+	r.start(pod)
 	return reconcile.Result{}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -45,6 +46,12 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	flag.Parse()
+	if fuzzing() {
+		// Fuzz workers are this binary too: they must not each start an
+		// API server. Only the fuzz targets run.
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "podrunner-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -67,10 +74,24 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
+// fuzzing reports whether the binary runs a fuzz target (-test.fuzz) or
+// is a fuzz worker.
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
+}
+
 // startRunner runs a Runner for namespace ns with addresses
 // 127.0.0.first..first+9 until the test ends, and checks that it returns.
 func startRunner(t *testing.T, ns string, first byte, mod func(*podrunner.Config)) (*podrunner.Runner, context.CancelFunc) {
 	t.Helper()
+	if env == nil {
+		t.Fatal("no API server (the binary is fuzzing: run tests without -fuzz)")
+	}
 	state := t.TempDir()
 	book, err := podrunner.NewAddressBook(filepath.Join(state, "addresses.json"), first, first+9)
 	if err != nil {
@@ -118,12 +139,15 @@ func startRunner(t *testing.T, ns string, first byte, mod func(*podrunner.Config
 	return r, func() { once = true; stop() }
 }
 
-func createNamespace(t *testing.T, name string) {
+// createNamespace creates a fresh namespace named after base (unique, so
+// -count=N reruns against the same API server do not collide).
+func createNamespace(t *testing.T, base string) string {
 	t.Helper()
-	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	if err != nil {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: base + "-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
+	return ns.Name
 }
 
 func claim(ns, name string) *corev1.PersistentVolumeClaim {
@@ -285,8 +309,7 @@ func processGone(pid int) bool {
 // process gone and the object removed.
 func TestPodLifecycle_RunRestartDelete(t *testing.T) {
 	ctx := context.Background()
-	const ns = "lifecycle"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "lifecycle")
 	r, _ := startRunner(t, ns, 200, nil)
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}, Data: map[string]string{"FELIX_FSYNC": "quorum"}}))
 	must(t, env.Client.Create(ctx, claim(ns, "data-b0")))
@@ -368,8 +391,7 @@ func TestPodLifecycle_RunRestartDelete(t *testing.T) {
 // process it started.
 func TestFaultHooks_FreezeThawAndShutdown(t *testing.T) {
 	ctx := context.Background()
-	const ns = "hooks"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "hooks")
 	r, stop := startRunner(t, ns, 210, nil)
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
 	must(t, env.Client.Create(ctx, claim(ns, "data-f0")))
@@ -444,8 +466,7 @@ func TestFaultHooks_FreezeThawAndShutdown(t *testing.T) {
 // the container (counted); a passing one leaves it alone.
 func TestLivenessFailure_RestartsContainer(t *testing.T) {
 	ctx := context.Background()
-	const ns = "liveness"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "liveness")
 	r, _ := startRunner(t, ns, 224, nil)
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
 	must(t, env.Client.Create(ctx, claim(ns, "data-l0")))
@@ -466,8 +487,8 @@ func TestLivenessFailure_RestartsContainer(t *testing.T) {
 	must(t, os.Remove(unhealthy))
 	p := waitReadyAtLeast(t, ns, "l0", 1)
 	settled := restarts(p)
-	// Healthy for 3 liveness windows: no more restarts.
-	deadline := time.Now().Add(3 * time.Second)
+	// Healthy for two liveness windows (2 x 1s): no more restarts.
+	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		p, err := getPod(t, ns, "l0")
 		must(t, err)
@@ -497,8 +518,7 @@ func waitReadyAtLeast(t *testing.T, ns, name string, minRestarts int32) *corev1.
 // runs at the same address.
 func TestPodReplacement_SameNameSameAddress(t *testing.T) {
 	ctx := context.Background()
-	const ns = "replace"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "replace")
 	startRunner(t, ns, 226, nil)
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
 	must(t, env.Client.Create(ctx, claim(ns, "data-c0")))
@@ -527,12 +547,41 @@ func TestPodReplacement_SameNameSameAddress(t *testing.T) {
 	}
 }
 
+// TestGarbageCollection_OwnerGoneDeletesPodAndClaim: with no
+// controller-manager, the runner collects its pods and claims whose owners
+// are all gone (deleting a FelixCluster stops its brokers).
+func TestGarbageCollection_OwnerGoneDeletesPodAndClaim(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "gc")
+	r, _ := startRunner(t, ns, 228, nil)
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}
+	must(t, env.Client.Create(ctx, owner))
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}
+	pvc := claim(ns, "data-g0")
+	pvc.OwnerReferences = []metav1.OwnerReference{ref}
+	must(t, env.Client.Create(ctx, pvc))
+	pod := brokerLikePod(ns, "g0", "data-g0")
+	pod.OwnerReferences = []metav1.OwnerReference{ref}
+	must(t, env.Client.Create(ctx, pod))
+	waitReady(t, ns, "g0", 0)
+	rec := readRecord(t, filepath.Join(r.ClaimDir(ns, "data-g0"), "g0.json"))
+
+	must(t, env.Client.Delete(ctx, owner))
+	eventually(t, 20*time.Second, "pod and claim collected", func() (bool, string) {
+		_, podErr := getPod(t, ns, "g0")
+		claimErr := env.Client.Get(ctx, client.ObjectKeyFromObject(pvc), &corev1.PersistentVolumeClaim{})
+		return apierrors.IsNotFound(podErr) && apierrors.IsNotFound(claimErr), fmt.Sprint(podErr, claimErr)
+	})
+	if !processGone(rec.PID) {
+		t.Fatalf("process %d of a collected pod still runs", rec.PID)
+	}
+}
+
 // TestInitFailure_NeverRestartFailsPod: an init container failing under
 // restartPolicy Never fails the pod and its main container never starts.
 func TestInitFailure_NeverRestartFailsPod(t *testing.T) {
 	ctx := context.Background()
-	const ns = "initfail"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "initfail")
 	r, _ := startRunner(t, ns, 220, nil)
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
 	must(t, env.Client.Create(ctx, claim(ns, "data-i0")))
@@ -560,8 +609,7 @@ func TestInitFailure_NeverRestartFailsPod(t *testing.T) {
 // loses its directory and its pvc-protection finalizer, so it goes away.
 func TestClaimDeletion_PVCProtectionReleased(t *testing.T) {
 	ctx := context.Background()
-	const ns = "claims"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "claims")
 	r, _ := startRunner(t, ns, 230, nil)
 	c := claim(ns, "scratch")
 	must(t, env.Client.Create(ctx, c))
@@ -586,8 +634,7 @@ func TestClaimDeletion_PVCProtectionReleased(t *testing.T) {
 // ServiceAccount, so RBAC applies to it as in a cluster.
 func TestServiceAccountTokens_PodGetsItsOwnIdentity(t *testing.T) {
 	ctx := context.Background()
-	const ns = "tokens"
-	createNamespace(t, ns)
+	ns := createNamespace(t, "tokens")
 	r, _ := startRunner(t, ns, 234, func(c *podrunner.Config) { c.ServiceAccountTokens = true })
 	must(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broker"}}))
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
@@ -606,7 +653,7 @@ func TestServiceAccountTokens_PodGetsItsOwnIdentity(t *testing.T) {
 	must(t, err)
 	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	must(t, err)
-	if want := "system:serviceaccount:tokens:broker"; review.Status.UserInfo.Username != want {
+	if want := "system:serviceaccount:" + ns + ":broker"; review.Status.UserInfo.Username != want {
 		t.Fatalf("pod authenticates as %q, want %q", review.Status.UserInfo.Username, want)
 	}
 	_, err = cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
