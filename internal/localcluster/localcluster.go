@@ -1,0 +1,148 @@
+// Package localcluster runs the whole Felix product on one machine: a real
+// kube-apiserver and etcd (envtest, built from pinned modules), the Felix
+// CRDs and the VolumeSnapshot CRDs, the operator as a `felix operator`
+// process, the podrunner playing the kubelet for broker pods (each a
+// `felix broker` process on its own 127.0.0.x address, its volume a
+// directory), and the snapshot controller stand-in.
+//
+// `make dev` (cmd/felix-dev) and the end-to-end scenarios use it.
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"felix.dev/felix/internal/podrunner"
+	"felix.dev/felix/internal/snapshots"
+	"felix.dev/felix/internal/testenv"
+)
+
+// Options configures a local cluster.
+type Options struct {
+	// StateDir holds the kubeconfig, the volumes, snapshots and logs.
+	StateDir string
+	// Felix is the felix binary run for the operator and for every pod
+	// whose image is felix (required).
+	Felix string
+	// Namespaces the podrunner and snapshot controller serve; empty: all.
+	Namespaces []string
+	// Log receives progress.
+	Log logr.Logger
+}
+
+// Cluster is a running local cluster. Stop ends everything it started.
+type Cluster struct {
+	Env        *testenv.Env
+	Runner     *podrunner.Runner
+	Kubeconfig string
+	StateDir   string
+
+	cancel   context.CancelFunc
+	done     chan struct{}
+	operator *exec.Cmd
+	opExited chan struct{}
+}
+
+// Start starts the API server, installs the CRDs, and starts the operator,
+// the podrunner and the snapshot controller.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	if o.Felix == "" || o.StateDir == "" {
+		return nil, errors.New("localcluster: Felix and StateDir are required")
+	}
+	log := o.Log
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	if err := os.MkdirAll(filepath.Join(o.StateDir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	env, err := testenv.StartEnv()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Env: env, StateDir: o.StateDir, done: make(chan struct{})}
+	c.Kubeconfig = filepath.Join(o.StateDir, "kubeconfig")
+	fail := func(err error) (*Cluster, error) {
+		c.Stop()
+		return nil, err
+	}
+	if err := testenv.WriteKubeconfig(env.Config, c.Kubeconfig); err != nil {
+		return fail(err)
+	}
+	if err := snapshots.InstallCRDs(ctx, env.Config); err != nil {
+		return fail(fmt.Errorf("snapshot CRDs: %w", err))
+	}
+	runner, err := podrunner.New(podrunner.Config{
+		RestConfig: env.Config, Namespaces: o.Namespaces, StateDir: o.StateDir,
+		Images:     map[string]string{"felix": o.Felix},
+		Kubeconfig: c.Kubeconfig, MaxProbePeriod: time.Second,
+		RestartBackoff: 500 * time.Millisecond, MaxRestartBackoff: 5 * time.Second,
+		Logger: log.WithName("podrunner"),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	c.Runner = runner
+	snaps, err := snapshots.New(snapshots.Config{RestConfig: env.Config, Namespaces: o.Namespaces,
+		StateDir: o.StateDir, Freezer: runner, Logger: log.WithName("snapshots")})
+	if err != nil {
+		return fail(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	errs := make(chan error, 2)
+	go func() { errs <- runner.Run(runCtx) }()
+	go func() { errs <- snaps.Run(runCtx) }()
+	go func() {
+		<-errs
+		<-errs
+		close(c.done)
+	}()
+
+	// The operator runs as its own process, as it would in a pod.
+	opLog, err := os.Create(filepath.Join(o.StateDir, "logs", "operator.log"))
+	if err != nil {
+		return fail(err)
+	}
+	op := exec.Command(o.Felix, "operator", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	op.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	op.Stdout, op.Stderr = opLog, opLog
+	op.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := op.Start(); err != nil {
+		_ = opLog.Close()
+		return fail(fmt.Errorf("start operator: %w", err))
+	}
+	c.operator, c.opExited = op, make(chan struct{})
+	go func() { _ = op.Wait(); _ = opLog.Close(); close(c.opExited) }()
+	log.Info("local cluster up", "apiserver", env.Config.Host, "kubeconfig", c.Kubeconfig, "stateDir", o.StateDir)
+	return c, nil
+}
+
+// Stop stops the operator, every pod process, the controllers and the API
+// server.
+func (c *Cluster) Stop() {
+	if c.operator != nil && c.operator.Process != nil {
+		_ = c.operator.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.opExited:
+		case <-time.After(10 * time.Second):
+			_ = c.operator.Process.Kill()
+			<-c.opExited
+		}
+	}
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+	if c.Env != nil {
+		_ = c.Env.Stop()
+	}
+}
