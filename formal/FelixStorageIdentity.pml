@@ -23,7 +23,8 @@
  *                (2 of 5, 1 of 3). A fault is a leader death, a wipe or a
  *                restore; faults before a record's acknowledgement do not
  *                count against it (Quorum promised FAULTS+1 copies at the
- *                acknowledgement, which must survive FAULTS faults).
+ *                acknowledgement, which must survive FAULTS faults),
+ *                except the acknowledging leader's own down marking.
  *
  * Symmetry: the followers 1..N-1 start alike, so the model names them in
  * the order they are first hit by a wipe, restore or restart (follower r
@@ -177,6 +178,9 @@ inline Recount(s, mask) {
 			if
 			:: i <= x && AK(i) == 0 ->
 				ak = ak | (EP(who[s], i) << (2 * (i - 1)));
+				/* a leader already marked down acknowledges with a
+				 * copy that is already faulty: that fault counts */
+				fsa[i] = (down[who[s]] -> 1 : 0);
 				printf("MSC: leader %d (epoch %d) acknowledges position %d\n", who[s], lep[s], i)
 			:: i <= x && AK(i) != 0 && AK(i) != EP(who[s], i) && fsa[i] <= FAULTS -> bad = 1
 			:: else -> skip

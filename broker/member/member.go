@@ -47,6 +47,10 @@ type Config struct {
 	Namespace, Cluster, Broker string
 	// HeartbeatInterval and NodeExpiry are the cluster's timings.
 	HeartbeatInterval, NodeExpiry time.Duration
+	// BootIDPath is read for the current boot id ([ID-3]); empty means
+	// /proc/sys/kernel/random/boot_id. Tests point it elsewhere to stand
+	// for a machine restart.
+	BootIDPath string
 	// PassInterval is the replication pass interval (replica default when 0).
 	PassInterval time.Duration
 
@@ -101,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	// Step 1 [ID-1] [ID-3]: local facts.
-	dir, err := datadir.Open(cfg.DataDir, datadir.Options{Fsync: dirMode, Logger: log.WithName("datadir")})
+	dir, err := datadir.Open(cfg.DataDir, datadir.Options{Fsync: dirMode, BootIDPath: cfg.BootIDPath, Logger: log.WithName("datadir")})
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,7 @@ type brokerFlags struct {
 	advertise, kubeconfig      string
 	heartbeatInterval          time.Duration
 	nodeExpiry, passInterval   time.Duration
+	bootIDFile                 string
 }
 
 func newBrokerCmd() *cobra.Command {
@@ -102,6 +103,8 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 2*time.Second, "cluster mode: how often the heartbeat Lease is renewed")
 	fl.DurationVar(&f.nodeExpiry, "node-expiry", 10*time.Second, "cluster mode: the cluster's node expiry timeout")
 	fl.DurationVar(&f.passInterval, "pass-interval", 0, "cluster mode: replication pass interval (default 100ms)")
+	fl.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the current boot id (default /proc/sys/kernel/random/boot_id); for tests that stand for a machine restart")
+	_ = fl.MarkHidden("boot-id-file")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
@@ -129,7 +132,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		return runMember(cmd, f, log, mode, tlsConf)
 	}
 	// [ID-4], standalone: identity and run-state before any store opens.
-	dir, err := datadir.Open(f.dataDir, datadir.Options{Fsync: dirMode, Logger: log.WithName("datadir")})
+	dir, err := datadir.Open(f.dataDir, datadir.Options{Fsync: dirMode, BootIDPath: f.bootIDFile, Logger: log.WithName("datadir")})
 	if err != nil {
 		return err
 	}

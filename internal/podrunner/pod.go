@@ -165,16 +165,18 @@ func (w *podWorker) setPending(reason, message string) {
 // run is the worker's life. It returns once every process has exited.
 func (w *podWorker) run(ctx context.Context) {
 	defer close(w.done)
-	statusCtx, stopStatus := context.WithCancel(ctx)
+	stopStatus := make(chan struct{})
 	statusDone := make(chan struct{})
 	go func() {
 		defer close(statusDone)
-		w.statusLoop(statusCtx)
+		w.statusLoop(ctx, stopStatus)
 	}()
 
 	w.runPod(ctx)
 
-	stopStatus()
+	// Let a push in flight finish rather than cancel it: a cancelled
+	// request may still land after the final push below.
+	close(stopStatus)
 	<-statusDone
 	if w.logFile != nil {
 		_ = w.logFile.Close()
@@ -182,8 +184,17 @@ func (w *podWorker) run(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // the runner is shutting down: the node goes away, the pod stays
 	}
-	// A last push so the final container states are recorded.
-	w.pushStatus(ctx)
+	// A last push so the final container states are recorded; nothing
+	// pushes after it, so retry it for a while.
+	for attempt := 1; !w.pushStatus(ctx) && attempt < 50; attempt++ {
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 	w.mu.Lock()
 	deleteAfter := w.deleteAfter
 	stopped := w.stopped
@@ -291,12 +302,15 @@ func (w *podWorker) setup(ctx context.Context) error {
 	return nil
 }
 
-// statusLoop pushes the pod status whenever it changes, until ctx ends.
-func (w *podWorker) statusLoop(ctx context.Context) {
+// statusLoop pushes the pod status whenever it changes, until stop is
+// closed or ctx ends.
+func (w *podWorker) statusLoop(ctx context.Context, stop <-chan struct{}) {
 	w.markDirty()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-stop:
 			return
 		case <-w.dirty:
 		}
@@ -305,6 +319,9 @@ func (w *podWorker) statusLoop(ctx context.Context) {
 			t := time.NewTimer(200 * time.Millisecond)
 			select {
 			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-stop:
 				t.Stop()
 				return
 			case <-t.C:
@@ -319,6 +336,9 @@ func (w *podWorker) statusLoop(ctx context.Context) {
 func (w *podWorker) pushStatus(ctx context.Context) bool {
 	var pod corev1.Pod
 	if err := w.r.reader.Get(ctx, w.key, &pod); err != nil {
+		if !apierrors.IsNotFound(err) {
+			w.log.Info("pod status read failed", "err", err.Error())
+		}
 		return apierrors.IsNotFound(err)
 	}
 	if pod.UID != w.uid {
@@ -332,7 +352,7 @@ func (w *podWorker) pushStatus(ctx context.Context) bool {
 	}
 	if err := w.r.client.Status().Update(ctx, &pod); err != nil {
 		if !apierrors.IsNotFound(err) {
-			w.log.V(1).Info("pod status update failed", "err", err.Error())
+			w.log.Info("pod status update failed", "err", err.Error())
 			return false
 		}
 	}

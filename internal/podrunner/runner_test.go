@@ -532,7 +532,7 @@ func TestPodReplacement_SameNameSameAddress(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+		return p.Status.Phase == corev1.PodSucceeded, fmt.Sprintf("%s init %+v main %+v", p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
 	})
 	first, _ := getPod(t, ns, "c0")
 	must(t, env.Client.Delete(ctx, first))

@@ -138,7 +138,7 @@ func newCluster(t *testing.T, n int32, fsync felixv1.FsyncMode) *cluster {
 
 // startBroker starts (or restarts) broker <cluster>-<ordinal> as a process
 // and waits until it serves.
-func (c *cluster) startBroker(ordinal int) *brokerProc {
+func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 	c.t.Helper()
 	name := fmt.Sprintf("%s-%d", c.name, ordinal)
 	dataDir := filepath.Join(c.dir, name)
@@ -147,6 +147,7 @@ func (c *cluster) startBroker(ordinal int) *brokerProc {
 		"--kubeconfig", c.env.Kubeconfig, "--data-dir", dataDir,
 		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", "periodic",
 		"--heartbeat-interval", "300ms", "--node-expiry", "1500ms", "--pass-interval", "50ms")
+	cmd.Args = append(cmd.Args, extra...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		c.t.Fatal(err)
