@@ -96,6 +96,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// Claims restored from a VolumeSnapshot start as a copy of it.
+	runner.SetSnapshots(snaps)
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	errs := make(chan error, 2)

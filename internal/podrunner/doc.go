@@ -31,8 +31,9 @@
 //
 // It also binds every claim in its namespaces (status.phase=Bound), copying
 // a VolumeSnapshot's content first when the claim's dataSource is one
-// (Config.Snapshots), and plays the pvc-protection controller. Output goes
-// to StateDir/logs/<namespace>/<pod>.log.
+// (Config.Snapshots), plays the pvc-protection controller, and plays the
+// garbage collector for its pods and claims (deleted once all their owners
+// are gone). Output goes to StateDir/logs/<namespace>/<pod>.log.
 //
 // Kill, Freeze, Thaw and WipeVolume inject faults for end-to-end tests.
 // docs/local-cluster.md describes what is and is not emulated.

@@ -328,5 +328,14 @@ func (r *Runner) PodIP(namespace, name string) (netip.Addr, bool) {
 	return w.ip, w.ip.IsValid()
 }
 
+// SetSnapshots sets Config.Snapshots, for when the snapshot controller is
+// built after the runner (it takes the runner as its Freezer). Claims
+// restored from a snapshot stay Pending while no source is set.
+func (r *Runner) SetSnapshots(s SnapshotSource) {
+	r.volMu.Lock()
+	defer r.volMu.Unlock()
+	r.cfg.Snapshots = s
+}
+
 // StateDir is the runner's absolute state directory.
 func (r *Runner) StateDir() string { return r.cfg.StateDir }

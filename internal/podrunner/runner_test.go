@@ -577,6 +577,40 @@ func TestGarbageCollection_OwnerGoneDeletesPodAndClaim(t *testing.T) {
 	}
 }
 
+// TestDeletion_SIGKILLAfterGrace: a process that ignores SIGTERM is
+// killed once the deletion grace period has passed, and only then is the
+// pod object removed.
+func TestDeletion_SIGKILLAfterGrace(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "grace")
+	r, _ := startRunner(t, ns, 232, nil)
+	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}))
+	must(t, env.Client.Create(ctx, claim(ns, "data-k0")))
+	pod := brokerLikePod(ns, "k0", "data-k0")
+	pod.Spec.Containers[0].Args = append(pod.Spec.Containers[0].Args, "--ignore-term")
+	must(t, env.Client.Create(ctx, pod))
+	pod = waitReady(t, ns, "k0", 0)
+	rec := readRecord(t, filepath.Join(r.ClaimDir(ns, "data-k0"), "k0.json"))
+	const grace = 2 * time.Second
+	start := time.Now()
+	must(t, env.Client.Delete(ctx, pod, client.GracePeriodSeconds(int64(grace/time.Second))))
+	eventually(t, 15*time.Second, "pod object removed", func() (bool, string) {
+		_, err := getPod(t, ns, "k0")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if took := time.Since(start); took < grace {
+		t.Fatalf("pod removed after %v, before its %v grace period", took, grace)
+	}
+	if !processGone(rec.PID) {
+		t.Fatalf("process %d survived SIGKILL", rec.PID)
+	}
+	logText, err := os.ReadFile(r.LogPath(ns, "k0"))
+	must(t, err)
+	if !strings.Contains(string(logText), "SIGTERM ignored") {
+		t.Fatalf("no SIGTERM reached the process:\n%s", logText)
+	}
+}
+
 // TestInitFailure_NeverRestartFailsPod: an init container failing under
 // restartPolicy Never fails the pod and its main container never starts.
 func TestInitFailure_NeverRestartFailsPod(t *testing.T) {

@@ -43,14 +43,16 @@ func TestSnapshots_CopyAndRestore(t *testing.T) {
 	state := t.TempDir()
 	book, err := podrunner.NewAddressBook(filepath.Join(state, "addresses.json"), 240, 249)
 	must(t, err)
-	snaps, err := snapshots.New(snapshots.Config{RestConfig: env.Config, Namespaces: []string{ns}, StateDir: state})
-	must(t, err)
+	// Wired as internal/localcluster does: the runner first, the
+	// controller with the runner as its Freezer, then the runner's source.
 	runner, err := podrunner.New(podrunner.Config{
-		RestConfig: env.Config, Namespaces: []string{ns}, StateDir: state, Addresses: book, Snapshots: snaps,
+		RestConfig: env.Config, Namespaces: []string{ns}, StateDir: state, Addresses: book,
 		Images: map[string]string{"sleeper": "/bin/sleep"},
 	})
 	must(t, err)
-	snaps.SetFreezer(runner)
+	snaps, err := snapshots.New(snapshots.Config{RestConfig: env.Config, Namespaces: []string{ns}, StateDir: state, Freezer: runner})
+	must(t, err)
+	runner.SetSnapshots(snaps)
 	errs := make(chan error, 2)
 	go func() { errs <- runner.Run(ctx) }()
 	go func() { errs <- snaps.Run(ctx) }()

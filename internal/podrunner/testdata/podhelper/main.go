@@ -1,7 +1,7 @@
 // Command podhelper is the container program of the podrunner tests. It
 // records its command line and environment in <data-dir>/<name>.json,
 // appends a line to <data-dir>/starts, and serves /ready and /live on
-// --http until SIGTERM; /live fails while <data-dir>/unhealthy exists. With
+// --http until SIGTERM (or, with --ignore-term, until SIGKILL); /live fails while <data-dir>/unhealthy exists. With
 // --exit N it exits with code N at once instead.
 package main
 
@@ -22,6 +22,7 @@ func main() {
 	name := flag.String("name", "main", "name of the record file")
 	addr := flag.String("http", "", "address for /ready and /live")
 	exit := flag.Int("exit", -1, "exit at once with this code")
+	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM (only SIGKILL stops it)")
 	flag.Parse()
 	if *dataDir != "" {
 		rec := map[string]any{"args": os.Args[1:], "env": os.Environ(), "pid": os.Getpid()}
@@ -54,6 +55,10 @@ func main() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	<-sig
+	if *ignoreTerm {
+		fmt.Println("podhelper: SIGTERM ignored")
+		select {}
+	}
 	fmt.Println("podhelper: SIGTERM, exiting")
 }
 
