@@ -6,9 +6,9 @@ package controllers
 
 // RBAC the operator needs, generated into config/rbac/role.yaml.
 //
-// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters;felixbrokers;felixstreams;felixshards,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/status;felixbrokers/status;felixstreams/status;felixshards/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/finalizers;felixbrokers/finalizers;felixstreams/finalizers;felixshards/finalizers,verbs=update
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters;felixbrokers;felixstreams;felixshards;felixbackups,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/status;felixbrokers/status;felixstreams/status;felixshards/status;felixbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/finalizers;felixbrokers/finalizers;felixstreams/finalizers;felixshards/finalizers;felixbackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;services;configmaps;persistentvolumeclaims;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -8,6 +8,7 @@ import (
 
 // FelixClusterSpec is the desired state of a set of Felix brokers.
 // +kubebuilder:validation:XValidation:rule="!has(self.nodeExpiry) || !has(self.heartbeatInterval) || duration(self.nodeExpiry) >= duration(self.heartbeatInterval) + duration(self.heartbeatInterval)",message="nodeExpiry must be at least twice heartbeatInterval, or one late heartbeat would mark a broker Down"
+// +kubebuilder:validation:XValidation:rule="has(self.restore) == has(oldSelf.restore)",message="restore is set at creation only"
 type FelixClusterSpec struct {
 	// Brokers is the number of broker pods. Scaling down removes only
 	// brokers that hold no shard replica.
@@ -47,6 +48,23 @@ type FelixClusterSpec struct {
 	// Resources are the compute resources of each broker container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Restore, set at creation only, starts the cluster from a completed
+	// FelixBackup: each broker's PVC is created with the backup's
+	// VolumeSnapshot of the same ordinal as its dataSource, and the
+	// broker's first start is preceded by `felix restore-point` [ID-5].
+	// Brokers beyond the backup's size start empty.
+	// +optional
+	Restore *RestoreSpec `json:"restore,omitempty"`
+}
+
+// RestoreSpec names the backup a cluster starts from.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="restore cannot change after creation"
+type RestoreSpec struct {
+	// Backup is a FelixBackup in the cluster's namespace. The cluster's
+	// PVCs and pods wait until it is Completed.
+	// +kubebuilder:validation:MinLength=1
+	Backup string `json:"backup"`
 }
 
 // StorageSpec is the persistent volume of one broker.

@@ -1,6 +1,7 @@
 // Package v1alpha1 holds the Felix API, group felix.dev, version v1alpha1:
 // FelixCluster (brokers), FelixBroker (one registration record per broker),
-// FelixStream (a sharded log) and FelixShard (one per stream shard).
+// FelixStream (a sharded log), FelixShard (one per stream shard) and
+// FelixBackup (VolumeSnapshots of a cluster's broker volumes).
 //
 // +kubebuilder:object:generate=true
 // +groupName=felix.dev
@@ -22,6 +23,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&FelixBroker{}, &FelixBrokerList{},
 		&FelixStream{}, &FelixStreamList{},
 		&FelixShard{}, &FelixShardList{},
+		&FelixBackup{}, &FelixBackupList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
