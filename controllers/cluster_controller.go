@@ -34,6 +34,9 @@ import (
 // Lease, a PVC and a Pod, all managed directly (no StatefulSet).
 type FelixClusterReconciler struct {
 	Client client.Client
+	// APIReader reads a broker's PVC uncached before its pod is built
+	// (restore bookkeeping, [ID-5]); Client when nil.
+	APIReader client.Reader
 	Clock  clock.PassiveClock
 	Events events.EventRecorder
 }
@@ -225,6 +228,16 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: PVCName(name)}, &pvc); {
 	case apierrors.IsNotFound(err):
 		p := brokerPVC(c, name)
+		snap, wait, err := r.restoreSource(ctx, c, ordinal)
+		if err != nil {
+			return bo, err
+		}
+		if wait {
+			return bo, nil // restored cluster: no volume or pod until the backup is Completed
+		}
+		if snap != "" {
+			restorePVC(p, snap)
+		}
 		if err := controllerutil.SetControllerReference(c, p, r.Client.Scheme()); err != nil {
 			return bo, err
 		}
@@ -240,6 +253,12 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 	switch err := r.Client.Get(ctx, key, &pod); {
 	case apierrors.IsNotFound(err):
 		p := brokerPod(c, name)
+		switch pending, err := r.restorePointPending(ctx, c.Namespace, name); {
+		case err != nil:
+			return bo, err
+		case pending:
+			withRestorePoint(p)
+		}
 		if err := controllerutil.SetControllerReference(c, p, r.Client.Scheme()); err != nil {
 			return bo, err
 		}
@@ -252,6 +271,9 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 	case err != nil:
 		return bo, err
 	default:
+		if err := r.settleRestorePoint(ctx, c, &pod); err != nil {
+			return bo, err
+		}
 		bo.PodExists = true
 		bo.PodReady = podReady(&pod) && pod.DeletionTimestamp == nil
 		bo.PodOutdated = pod.Annotations[AnnotationSpecHash] != brokerPod(c, name).Annotations[AnnotationSpecHash]
@@ -412,6 +434,8 @@ func (r *FelixClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// A shard created or deleted may unblock or block a scale-down.
+		// A backup completing lets the clusters restoring from it go on.
+		Watches(&felixv1.FelixBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRestoringFrom)).
 		Watches(&felixv1.FelixShard{}, handler.EnqueueRequestsFromMapFunc(clusterOfShard),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		Complete(r)

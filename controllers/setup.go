@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,11 +20,13 @@ import (
 )
 
 // NewScheme returns a scheme with the core Kubernetes kinds and the Felix
-// kinds, everything the operator reads and writes.
+// kinds and the VolumeSnapshot kinds, everything the operator reads and
+// writes.
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(felixv1.AddToScheme(s))
+	utilruntime.Must(snapv1.AddToScheme(s))
 	return s
 }
 
@@ -51,7 +54,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"felixcluster", (&FelixClusterReconciler{Client: c, Clock: clk, Events: rec}).SetupWithManager},
+		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
+		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"felix.dev/felix/broker/internal/fields"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
 	"felix.dev/felix/broker/wire"
@@ -129,68 +130,68 @@ func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byt
 // values alias f.Body. The returned message's Conn is zero; the receiver
 // sets it.
 func Decode(f wire.Frame) (record.ShardID, replication.Message, error) {
-	d := dec{b: f.Body}
-	if v := d.u8("version"); d.err == nil && v != codecVersion {
-		d.fail("version %d, want %d", v, codecVersion)
+	d := newDec(f.Body)
+	if v := d.U8("version"); d.Err == nil && v != codecVersion {
+		d.Fail("version %d, want %d", v, codecVersion)
 	}
 	var shard record.ShardID
 	var m replication.Message
 	shard.Stream = d.str("stream")
-	shard.Shard = d.u32("shard")
-	m.Type = replication.MsgType(d.u8("type"))
-	if d.err == nil && (m.Type < replication.MsgAppend || m.Type > replication.MsgRefuse) {
-		d.fail("message type %d", m.Type)
+	shard.Shard = d.U32("shard")
+	m.Type = replication.MsgType(d.U8("type"))
+	if d.Err == nil && (m.Type < replication.MsgAppend || m.Type > replication.MsgRefuse) {
+		d.Fail("message type %d", m.Type)
 	}
-	if d.err == nil && FrameType(m.Type) != f.Type {
-		d.fail("%s in a %s frame", m.Type, f.Type)
+	if d.Err == nil && FrameType(m.Type) != f.Type {
+		d.Fail("%s in a %s frame", m.Type, f.Type)
 	}
 	m.From = replication.NodeID(d.str("from"))
 	m.To = replication.NodeID(d.str("to"))
-	m.Epoch = d.u64("epoch")
-	m.Pass = d.u64("pass")
-	m.Log = record.LogKind(d.u8("log"))
-	if d.err == nil && int(m.Log) >= len(record.LogKinds) {
-		d.fail("log %d", m.Log)
+	m.Epoch = d.U64("epoch")
+	m.Pass = d.U64("pass")
+	m.Log = record.LogKind(d.U8("log"))
+	if d.Err == nil && int(m.Log) >= len(record.LogKinds) {
+		d.Fail("log %d", m.Log)
 	}
 	switch m.Type {
 	case replication.MsgAppend:
-		m.Index = d.u64("index")
-		m.PrevEpoch = d.u64("prev epoch")
-		m.Commit = d.u64("commit")
+		m.Index = d.U64("index")
+		m.PrevEpoch = d.U64("prev epoch")
+		m.Commit = d.U64("commit")
 		m.Records = d.records()
 	case replication.MsgAppendResp:
-		switch d.u8("match") {
+		switch d.U8("match") {
 		case 1:
 			m.Match = true
-			m.MatchEnd = d.u64("match end")
+			m.MatchEnd = d.U64("match end")
 		case 0:
-			m.Base = d.u64("base")
-			m.Tail = d.u64("tail")
+			m.Base = d.U64("base")
+			m.Tail = d.U64("tail")
 			m.Epochs = d.epochs()
 		default:
-			d.fail("match flag")
+			d.Fail("match flag")
 		}
 	case replication.MsgProbeResp:
 		for i := range m.Logs {
-			m.Logs[i].Base = d.u64("base")
-			m.Logs[i].Tail = d.u64("tail")
+			m.Logs[i].Base = d.U64("base")
+			m.Logs[i].Tail = d.U64("tail")
 			m.Logs[i].Epochs = d.epochs()
 		}
 	case replication.MsgFetch:
-		m.Max = int(d.u32("max"))
-		m.Index = d.u64("index")
+		m.Max = int(d.U32("max"))
+		m.Index = d.U64("index")
 	case replication.MsgFetchResp:
-		m.Index = d.u64("index")
-		m.PrevEpoch = d.u64("prev epoch")
-		m.Base = d.u64("base")
-		m.Tail = d.u64("tail")
+		m.Index = d.U64("index")
+		m.PrevEpoch = d.U64("prev epoch")
+		m.Base = d.U64("base")
+		m.Tail = d.U64("tail")
 		m.Records = d.records()
 	}
-	if d.err == nil && d.off != len(d.b) {
-		d.fail("%d trailing bytes", len(d.b)-d.off)
+	if d.Err == nil && d.Off != len(d.B) {
+		d.Fail("%d trailing bytes", len(d.B)-d.Off)
 	}
-	if d.err != nil {
-		return record.ShardID{}, replication.Message{}, d.err
+	if d.Err != nil {
+		return record.ShardID{}, replication.Message{}, d.Err
 	}
 	return shard, m, nil
 }
@@ -253,75 +254,27 @@ func (e *enc) records(recs []record.Record) error {
 	return nil
 }
 
-// dec reads big-endian fields with a sticky error.
-type dec struct {
-	b   []byte
-	off int
-	err error
-}
+// dec reads big-endian fields with a sticky error (fields.Decoder) plus
+// the replication frames' compound fields.
+type dec struct{ fields.Decoder }
 
-func (d *dec) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
-	}
-}
-
-func (d *dec) take(n int, what string) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || len(d.b)-d.off < n {
-		d.fail("%s: need %d bytes, have %d", what, n, len(d.b)-d.off)
-		return nil
-	}
-	p := d.b[d.off : d.off+n : d.off+n]
-	d.off += n
-	return p
-}
-
-func (d *dec) u8(what string) uint8 {
-	if p := d.take(1, what); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *dec) u16(what string) uint16 {
-	if p := d.take(2, what); p != nil {
-		return binary.BigEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *dec) u32(what string) uint32 {
-	if p := d.take(4, what); p != nil {
-		return binary.BigEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *dec) u64(what string) uint64 {
-	if p := d.take(8, what); p != nil {
-		return binary.BigEndian.Uint64(p)
-	}
-	return 0
-}
+func newDec(b []byte) dec { return dec{fields.Decoder{B: b, Malformed: ErrMalformed}} }
 
 func (d *dec) str(what string) string {
-	n := int(d.u16(what))
-	if d.err == nil && n > maxNameLen && what != "header key" {
-		d.fail("%s of %d bytes", what, n)
+	n := int(d.U16(what))
+	if d.Err == nil && n > maxNameLen && what != "header key" {
+		d.Fail("%s of %d bytes", what, n)
 		return ""
 	}
-	return string(d.take(n, what))
+	return string(d.Take(n, what))
 }
 
 // count reads a u32 count of items of at least size bytes each and refuses
 // one the rest of the body cannot hold.
 func (d *dec) count(size int, what string) int {
-	n := int(d.u32(what))
-	if d.err == nil && n > (len(d.b)-d.off)/size {
-		d.fail("%d %s in %d bytes", n, what, len(d.b)-d.off)
+	n := int(d.U32(what))
+	if d.Err == nil && n > (len(d.B)-d.Off)/size {
+		d.Fail("%d %s in %d bytes", n, what, len(d.B)-d.Off)
 		return 0
 	}
 	return n
@@ -333,8 +286,8 @@ func (d *dec) epochs() []replication.EpochStart {
 		return nil
 	}
 	out := make([]replication.EpochStart, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		out = append(out, replication.EpochStart{Epoch: d.u64("epoch"), Offset: d.u64("offset")})
+	for i := 0; i < n && d.Err == nil; i++ {
+		out = append(out, replication.EpochStart{Epoch: d.U64("epoch"), Offset: d.U64("offset")})
 	}
 	return out
 }
@@ -345,27 +298,27 @@ func (d *dec) records() []record.Record {
 		return nil
 	}
 	out := make([]record.Record, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.Err == nil; i++ {
 		r := record.Record{
-			Offset:    d.u64("offset"),
-			Epoch:     d.u64("epoch"),
-			Timestamp: int64(d.u64("timestamp")),
-			Kind:      record.Kind(d.u8("kind")),
-			Floor:     d.u64("floor"),
+			Offset:    d.U64("offset"),
+			Epoch:     d.U64("epoch"),
+			Timestamp: int64(d.U64("timestamp")),
+			Kind:      record.Kind(d.U8("kind")),
+			Floor:     d.U64("floor"),
 		}
-		nh := int(d.u16("header count"))
-		if d.err == nil && nh > (len(d.b)-d.off)/6 {
-			d.fail("%d headers in %d bytes", nh, len(d.b)-d.off)
+		nh := int(d.U16("header count"))
+		if d.Err == nil && nh > (len(d.B)-d.Off)/6 {
+			d.Fail("%d headers in %d bytes", nh, len(d.B)-d.Off)
 		}
-		if nh > 0 && d.err == nil {
+		if nh > 0 && d.Err == nil {
 			r.Headers = make([]record.Header, 0, nh)
-			for j := 0; j < nh && d.err == nil; j++ {
+			for j := 0; j < nh && d.Err == nil; j++ {
 				k := d.str("header key")
-				v := d.take(int(d.u32("header value length")), "header value")
+				v := d.Take(int(d.U32("header value length")), "header value")
 				r.Headers = append(r.Headers, record.Header{Key: k, Value: v})
 			}
 		}
-		r.Payload = d.take(int(d.u32("payload length")), "payload")
+		r.Payload = d.Take(int(d.U32("payload length")), "payload")
 		out = append(out, r)
 	}
 	return out

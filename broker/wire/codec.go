@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"felix.dev/felix/broker/internal/fields"
 	"felix.dev/felix/broker/record"
 )
 
@@ -41,66 +42,15 @@ func (e *enc) headers(hs []record.Header) {
 	}
 }
 
-// dec reads big-endian fields with a sticky error: after the first failure
-// every read returns zero and err stays set.
-type dec struct {
-	b   []byte
-	off int
-	err error
-}
+// dec reads big-endian fields with a sticky error (fields.Decoder) plus
+// the protocol's own compound fields.
+type dec struct{ fields.Decoder }
 
-func (d *dec) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
-	}
-}
-
-func (d *dec) take(n int, what string) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || len(d.b)-d.off < n {
-		d.fail("%s: need %d bytes, have %d", what, n, len(d.b)-d.off)
-		return nil
-	}
-	p := d.b[d.off : d.off+n]
-	d.off += n
-	return p
-}
-
-func (d *dec) remaining() int { return len(d.b) - d.off }
-
-func (d *dec) u8(what string) uint8 {
-	if p := d.take(1, what); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *dec) u16(what string) uint16 {
-	if p := d.take(2, what); p != nil {
-		return binary.BigEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *dec) u32(what string) uint32 {
-	if p := d.take(4, what); p != nil {
-		return binary.BigEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *dec) u64(what string) uint64 {
-	if p := d.take(8, what); p != nil {
-		return binary.BigEndian.Uint64(p)
-	}
-	return 0
-}
+func newDec(b []byte) dec { return dec{fields.Decoder{B: b, Malformed: ErrMalformed}} }
 
 func (d *dec) str(what string) string {
-	n := d.u16(what)
-	return string(d.take(int(n), what))
+	n := d.U16(what)
+	return string(d.Take(int(n), what))
 }
 
 // bytes returns a sub-slice of the body (no copy): decoded messages alias
@@ -108,12 +58,12 @@ func (d *dec) str(what string) string {
 // so this is safe for bodies from ReadFrame and DecodeFrame. Empty values
 // decode as nil.
 func (d *dec) bytes(what string) []byte {
-	n := d.u32(what)
+	n := d.U32(what)
 	if n > math.MaxInt32 {
-		d.fail("%s: length %d", what, n)
+		d.Fail("%s: length %d", what, n)
 		return nil
 	}
-	p := d.take(int(n), what)
+	p := d.Take(int(n), what)
 	if len(p) == 0 {
 		return nil
 	}
@@ -124,16 +74,16 @@ func (d *dec) bytes(what string) []byte {
 const minHeaderSize = 2 + 4
 
 func (d *dec) headers(what string) []record.Header {
-	n := int(d.u16(what))
-	if d.err != nil || n == 0 {
+	n := int(d.U16(what))
+	if d.Err != nil || n == 0 {
 		return nil
 	}
-	if n*minHeaderSize > d.remaining() {
-		d.fail("%s: %d headers cannot fit in %d bytes", what, n, d.remaining())
+	if n*minHeaderSize > d.Remaining() {
+		d.Fail("%s: %d headers cannot fit in %d bytes", what, n, d.Remaining())
 		return nil
 	}
 	hs := make([]record.Header, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.Err == nil; i++ {
 		k := d.str(what)
 		v := d.bytes(what)
 		hs = append(hs, record.Header{Key: k, Value: v})
@@ -143,10 +93,10 @@ func (d *dec) headers(what string) []record.Header {
 
 // end fails if bytes remain; every message is exactly its fields.
 func (d *dec) end(what string) error {
-	if d.err == nil && d.remaining() != 0 {
-		d.fail("%s: %d trailing bytes", what, d.remaining())
+	if d.Err == nil && d.Remaining() != 0 {
+		d.Fail("%s: %d trailing bytes", what, d.Remaining())
 	}
-	return d.err
+	return d.Err
 }
 
 // checkStr reports a string too long for its u16 length prefix.

@@ -218,17 +218,17 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 // Unknown codes decode with their message and no fields; bytes after the
 // known fields of an unknown code are ignored so newer codes stay readable.
 func DecodeError(b []byte, feats Features) (*Error, error) {
-	d := dec{b: b}
-	e := &Error{Code: Code(d.u16("code")), Message: d.str("message")}
+	d := newDec(b)
+	e := &Error{Code: Code(d.U16("code")), Message: d.str("message")}
 	switch e.Code {
 	case CodeOffsetMismatch:
-		e.Expected = d.u64("expected")
-		e.Tail = d.u64("tail")
+		e.Expected = d.U64("expected")
+		e.Tail = d.U64("tail")
 	case CodeCursorTooOld:
-		e.From = d.u64("from")
-		e.Floor = d.u64("floor")
+		e.From = d.U64("from")
+		e.Floor = d.U64("floor")
 		if feats.Has(FeatureTrimTag) {
-			switch d.u8("hasTag") {
+			switch d.U8("hasTag") {
 			case 0:
 			case 1:
 				e.HasTag = true
@@ -237,18 +237,18 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 					e.TrimHeaders = []record.Header{}
 				}
 			default:
-				d.fail("hasTag must be 0 or 1")
+				d.Fail("hasTag must be 0 or 1")
 			}
 		}
 	case CodeNotLeader:
 		e.Leader = d.str("leader")
-		e.Epoch = d.u64("epoch")
+		e.Epoch = d.U64("epoch")
 	case CodeFenced:
-		e.Epoch = d.u64("epoch")
+		e.Epoch = d.U64("epoch")
 	case CodeRecordTooLarge:
-		e.Limit = d.u64("limit")
+		e.Limit = d.U64("limit")
 	default:
-		if _, known := e.Code.Info(); !known && d.err == nil {
+		if _, known := e.Code.Info(); !known && d.Err == nil {
 			return e, nil
 		}
 	}

@@ -61,16 +61,16 @@ func appendStorageIDExt(e *enc, feats Features, id []byte) error {
 // the storage id when feats carries its bit and skipping unknown ids.
 func decodeExtensions(d *dec, feats Features) []byte {
 	var id []byte
-	for d.err == nil && d.remaining() > 0 {
-		ext := d.u8("extension id")
-		n := d.u16("extension length")
-		val := d.take(int(n), "extension value")
-		if d.err != nil {
+	for d.Err == nil && d.Remaining() > 0 {
+		ext := d.U8("extension id")
+		n := d.U16("extension length")
+		val := d.Take(int(n), "extension value")
+		if d.Err != nil {
 			break
 		}
 		if ext == extStorageID && feats.Has(FeatureStorageID) {
 			if n != StorageIDSize {
-				d.fail("storage id extension of %d bytes", n)
+				d.Fail("storage id extension of %d bytes", n)
 				break
 			}
 			id = append([]byte(nil), val...)
@@ -94,12 +94,12 @@ func EncodeHello(h Hello) ([]byte, error) {
 // DecodeHello decodes a Hello body. Unknown extensions are skipped, so a
 // newer client's Hello decodes here.
 func DecodeHello(b []byte) (Hello, error) {
-	d := dec{b: b}
-	magic := d.take(4, "magic")
-	if d.err == nil && string(magic) != Magic {
-		d.fail("bad magic %q", magic)
+	d := newDec(b)
+	magic := d.Take(4, "magic")
+	if d.Err == nil && string(magic) != Magic {
+		d.Fail("bad magic %q", magic)
 	}
-	h := Hello{Version: d.u16("version"), Features: Features(d.u64("features"))}
+	h := Hello{Version: d.U16("version"), Features: Features(d.U64("features"))}
 	h.StorageID = decodeExtensions(&d, h.Features)
 	return h, d.end("hello")
 }
@@ -119,12 +119,12 @@ func EncodeHelloOK(h HelloOK) ([]byte, error) {
 
 // DecodeHelloOK decodes a HelloOK body.
 func DecodeHelloOK(b []byte) (HelloOK, error) {
-	d := dec{b: b}
+	d := newDec(b)
 	h := HelloOK{
-		Version:         d.u16("version"),
-		Features:        Features(d.u64("features")),
-		MaxFrameSize:    d.u32("max frame size"),
-		MaxBatchRecords: d.u32("max batch records"),
+		Version:         d.U16("version"),
+		Features:        Features(d.U64("features")),
+		MaxFrameSize:    d.U32("max frame size"),
+		MaxBatchRecords: d.U32("max batch records"),
 	}
 	h.StorageID = decodeExtensions(&d, h.Features)
 	return h, d.end("hello ok")

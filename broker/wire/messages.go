@@ -101,9 +101,9 @@ func (e *enc) shard(s ShardRef) {
 }
 
 func (d *dec) shard() ShardRef {
-	s := ShardRef{Stream: d.str("stream"), Shard: d.u32("shard")}
-	if d.err == nil && s.Stream == "" {
-		d.fail("empty stream name")
+	s := ShardRef{Stream: d.str("stream"), Shard: d.U32("shard")}
+	if d.Err == nil && s.Stream == "" {
+		d.Fail("empty stream name")
 	}
 	return s
 }
@@ -177,23 +177,23 @@ func appendAppendBody(dst []byte, r AppendRequest) ([]byte, error) {
 // DecodeAppend decodes an Append body. Records carry Kind data and their
 // Headers and Payload.
 func DecodeAppend(b []byte) (AppendRequest, error) {
-	d := dec{b: b}
+	d := newDec(b)
 	r := AppendRequest{Shard: d.shard()}
-	switch d.u8("flags") {
+	switch d.U8("flags") {
 	case 0:
 	case 1:
-		t := d.u64("expect tail")
+		t := d.U64("expect tail")
 		r.ExpectTail = &t
 	default:
-		d.fail("append flags must be 0 or 1")
+		d.Fail("append flags must be 0 or 1")
 	}
-	n := int(d.u32("record count"))
-	if d.err == nil && n*minRecordSize > d.remaining() {
-		d.fail("%d records cannot fit in %d bytes", n, d.remaining())
+	n := int(d.U32("record count"))
+	if d.Err == nil && n*minRecordSize > d.Remaining() {
+		d.Fail("%d records cannot fit in %d bytes", n, d.Remaining())
 	}
-	if d.err == nil && n > 0 {
+	if d.Err == nil && n > 0 {
 		r.Records = make([]record.Record, 0, n)
-		for i := 0; i < n && d.err == nil; i++ {
+		for i := 0; i < n && d.Err == nil; i++ {
 			hs := d.headers("headers")
 			p := d.bytes("payload")
 			r.Records = append(r.Records, record.Record{Kind: record.KindData, Headers: hs, Payload: p})
@@ -212,8 +212,8 @@ func EncodeAppendOK(r AppendOK) []byte {
 
 // DecodeAppendOK decodes an AppendOK body.
 func DecodeAppendOK(b []byte) (AppendOK, error) {
-	d := dec{b: b}
-	r := AppendOK{First: d.u64("first"), Tail: d.u64("tail")}
+	d := newDec(b)
+	r := AppendOK{First: d.U64("first"), Tail: d.U64("tail")}
 	return r, d.end("append ok")
 }
 
@@ -237,15 +237,15 @@ func EncodeRead(r ReadRequest) ([]byte, error) {
 
 // DecodeRead decodes a Read body.
 func DecodeRead(b []byte) (ReadRequest, error) {
-	d := dec{b: b}
-	r := ReadRequest{Shard: d.shard(), From: FromKind(d.u8("from"))}
-	if d.err == nil && r.From > FromLatest {
-		d.fail("from kind %d", r.From)
+	d := newDec(b)
+	r := ReadRequest{Shard: d.shard(), From: FromKind(d.U8("from"))}
+	if d.Err == nil && r.From > FromLatest {
+		d.Fail("from kind %d", r.From)
 	}
-	r.Offset = d.u64("offset")
-	r.MaxRecords = d.u32("max records")
-	r.MaxBytes = d.u32("max bytes")
-	r.WaitMillis = d.u32("wait millis")
+	r.Offset = d.U64("offset")
+	r.MaxRecords = d.U32("max records")
+	r.MaxBytes = d.U32("max bytes")
+	r.WaitMillis = d.U32("wait millis")
 	return r, d.end("read")
 }
 
@@ -279,19 +279,19 @@ func EncodeReadOK(r ReadOK) ([]byte, error) {
 
 // DecodeReadOK decodes a ReadOK body.
 func DecodeReadOK(b []byte) (ReadOK, error) {
-	d := dec{b: b}
-	r := ReadOK{Next: d.u64("next")}
-	n := int(d.u32("record count"))
-	if d.err == nil && n*(readRecordFixed+minRecordSize) > d.remaining() {
-		d.fail("%d records cannot fit in %d bytes", n, d.remaining())
+	d := newDec(b)
+	r := ReadOK{Next: d.U64("next")}
+	n := int(d.U32("record count"))
+	if d.Err == nil && n*(readRecordFixed+minRecordSize) > d.Remaining() {
+		d.Fail("%d records cannot fit in %d bytes", n, d.Remaining())
 	}
-	if d.err == nil && n > 0 {
+	if d.Err == nil && n > 0 {
 		r.Records = make([]record.Record, 0, n)
-		for i := 0; i < n && d.err == nil; i++ {
+		for i := 0; i < n && d.Err == nil; i++ {
 			rec := record.Record{Kind: record.KindData}
-			rec.Offset = d.u64("offset")
-			rec.Epoch = d.u64("epoch")
-			rec.Timestamp = int64(d.u64("timestamp"))
+			rec.Offset = d.U64("offset")
+			rec.Epoch = d.U64("epoch")
+			rec.Timestamp = int64(d.U64("timestamp"))
 			rec.Headers = d.headers("headers")
 			rec.Payload = d.bytes("payload")
 			r.Records = append(r.Records, rec)
@@ -318,8 +318,8 @@ func EncodeTrim(r TrimRequest) ([]byte, error) {
 
 // DecodeTrim decodes a Trim body.
 func DecodeTrim(b []byte) (TrimRequest, error) {
-	d := dec{b: b}
-	r := TrimRequest{Shard: d.shard(), Floor: d.u64("floor"), ExpectTail: d.u64("expect tail")}
+	d := newDec(b)
+	r := TrimRequest{Shard: d.shard(), Floor: d.U64("floor"), ExpectTail: d.U64("expect tail")}
 	r.Headers = d.headers("headers")
 	return r, d.end("trim")
 }
@@ -334,8 +334,8 @@ func EncodeTrimOK(r TrimOK) []byte {
 
 // DecodeTrimOK decodes a TrimOK body.
 func DecodeTrimOK(b []byte) (TrimOK, error) {
-	d := dec{b: b}
-	r := TrimOK{Tail: d.u64("tail"), Floor: d.u64("floor")}
+	d := newDec(b)
+	r := TrimOK{Tail: d.U64("tail"), Floor: d.U64("floor")}
 	return r, d.end("trim ok")
 }
 
@@ -351,7 +351,7 @@ func EncodeDescribe(r DescribeRequest) ([]byte, error) {
 
 // DecodeDescribe decodes a Describe body.
 func DecodeDescribe(b []byte) (DescribeRequest, error) {
-	d := dec{b: b}
+	d := newDec(b)
 	r := DescribeRequest{Shard: d.shard()}
 	return r, d.end("describe")
 }
@@ -368,7 +368,7 @@ func EncodeDescribeOK(r DescribeOK) []byte {
 
 // DecodeDescribeOK decodes a DescribeOK body.
 func DecodeDescribeOK(b []byte) (DescribeOK, error) {
-	d := dec{b: b}
-	r := DescribeOK{Base: d.u64("base"), Floor: d.u64("floor"), Tail: d.u64("tail"), Committed: d.u64("committed")}
+	d := newDec(b)
+	r := DescribeOK{Base: d.U64("base"), Floor: d.U64("floor"), Tail: d.U64("tail"), Committed: d.U64("committed")}
 	return r, d.end("describe ok")
 }

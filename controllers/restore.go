@@ -1,0 +1,195 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// Restore bookkeeping [ID-5]. A PVC created from a backup's VolumeSnapshot
+// carries AnnotationRestorePoint = pending until the operator has seen
+// `felix restore-point` complete on it; from then on it carries done and
+// the broker's pods are built without the init step.
+const (
+	// AnnotationRestorePoint on a broker PVC is pending or done.
+	AnnotationRestorePoint = "felix.dev/restore-point"
+	// AnnotationRestoredFrom on a broker PVC names the VolumeSnapshot it
+	// was created from.
+	AnnotationRestoredFrom = "felix.dev/restored-from"
+	// RestorePointPending: restore-point has not been seen to complete.
+	RestorePointPending = "pending"
+	// RestorePointDone: restore-point completed before the broker's first
+	// start; it never runs on this volume again.
+	RestorePointDone = "done"
+	// FinalizerRestorePoint on a broker pod that runs the restore-point
+	// init step keeps the pod object until the operator has read its
+	// final init status and recorded it on the PVC.
+	FinalizerRestorePoint = "felix.dev/restore-point"
+	// RestorePointContainer is the name of the init container.
+	RestorePointContainer = "restore-point"
+	// brokerContainer is the name of the broker container.
+	brokerContainer = "broker"
+)
+
+// restoreSource returns the VolumeSnapshot a new PVC of ordinal starts
+// from: "" for a cluster that is not restored or a broker beyond the
+// backup's size; wait is true while the backup is missing or not
+// Completed (the PVC and pod are not created yet).
+func (r *FelixClusterReconciler) restoreSource(ctx context.Context, c *felixv1.FelixCluster, ordinal int32) (snapshot string, wait bool, err error) {
+	if c.Spec.Restore == nil {
+		return "", false, nil
+	}
+	var b felixv1.FelixBackup
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.Restore.Backup}, &b); {
+	case apierrors.IsNotFound(err):
+		return "", true, nil
+	case err != nil:
+		return "", false, err
+	}
+	if b.Status.Phase != felixv1.BackupCompleted {
+		return "", true, nil
+	}
+	for _, s := range b.Status.Snapshots {
+		if s.Ordinal == ordinal {
+			return s.VolumeSnapshot, false, nil
+		}
+	}
+	return "", false, nil
+}
+
+// restorePVC makes p start as a copy of snapshot, with restore-point
+// pending.
+func restorePVC(p *corev1.PersistentVolumeClaim, snapshot string) {
+	p.Spec.DataSource = &corev1.TypedLocalObjectReference{
+		APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snapshot,
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[AnnotationRestorePoint] = RestorePointPending
+	p.Annotations[AnnotationRestoredFrom] = snapshot
+}
+
+// restorePointPending reads the broker's PVC from the API server (not the
+// cache: a done written a moment ago must be seen before a new pod is
+// built) and reports whether restore-point is still pending on it.
+func (r *FelixClusterReconciler) restorePointPending(ctx context.Context, ns, broker string) (bool, error) {
+	var pvc corev1.PersistentVolumeClaim
+	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: PVCName(broker)}, &pvc); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return pvc.Annotations[AnnotationRestorePoint] == RestorePointPending, nil
+}
+
+func (r *FelixClusterReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// withRestorePoint adds the restore-point init step and its finalizer to a
+// broker pod. The spec hash is left as brokerPod computed it, so the init
+// step never makes a pod look outdated.
+func withRestorePoint(pod *corev1.Pod) {
+	broker := pod.Spec.Containers[0]
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
+		Name:            RestorePointContainer,
+		Image:           broker.Image,
+		Command:         []string{"felix"},
+		Args:            []string{"restore-point", "--data-dir", DataDir},
+		SecurityContext: broker.SecurityContext.DeepCopy(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: DataDir}},
+	})
+	controllerutil.AddFinalizer(pod, FinalizerRestorePoint)
+}
+
+// restorePointRan reports whether the pod shows that restore-point
+// completed: the init container terminated with exit code 0, or the broker
+// container ever ran (the kubelet starts it only after every init step
+// succeeded).
+func restorePointRan(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name == RestorePointContainer && s.State.Terminated != nil && s.State.Terminated.ExitCode == 0 {
+			return true
+		}
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == brokerContainer && (s.State.Running != nil || s.State.Terminated != nil || s.RestartCount > 0 || s.LastTerminationState.Terminated != nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// settleRestorePoint handles a broker pod that carries the restore-point
+// finalizer. Once the pod shows restore-point completed, the PVC is marked
+// done (before anything else, with an optimistic lock), then the finalizer
+// goes and the pod is replaced by one without the init step, so not even a
+// kubelet re-running init containers (a new pod sandbox after a node
+// reboot) can run restore-point after the broker started. A pod deleted
+// before it showed completion loses its finalizer with the PVC still
+// pending: its replacement runs restore-point, which is safe because the
+// broker never started on the volume.
+func (r *FelixClusterReconciler) settleRestorePoint(ctx context.Context, c *felixv1.FelixCluster, pod *corev1.Pod) error {
+	if !controllerutil.ContainsFinalizer(pod, FinalizerRestorePoint) {
+		return nil
+	}
+	var pvc corev1.PersistentVolumeClaim
+	err := r.reader().Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: PVCName(pod.Name)}, &pvc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	done := err == nil && pvc.Annotations[AnnotationRestorePoint] == RestorePointDone
+	if err == nil && !done && restorePointRan(pod) {
+		orig := pvc.DeepCopy()
+		if pvc.Annotations == nil {
+			pvc.Annotations = map[string]string{}
+		}
+		pvc.Annotations[AnnotationRestorePoint] = RestorePointDone
+		if err := r.Client.Patch(ctx, &pvc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil {
+			return fmt.Errorf("mark PVC %s restore-point done: %w", pvc.Name, err)
+		}
+		done = true
+		r.event(c, corev1.EventTypeNormal, "RestorePointDone", "Restore", "restore-point completed on %s before broker %s first started", pvc.Name, pod.Name)
+	}
+	if !done && pod.DeletionTimestamp == nil {
+		return nil // still running the init step, or not yet reported
+	}
+	orig := pod.DeepCopy()
+	controllerutil.RemoveFinalizer(pod, FinalizerRestorePoint)
+	if err := r.Client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove restore-point finalizer of pod %s: %w", pod.Name, err)
+	}
+	if done && pod.DeletionTimestamp == nil {
+		if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replace pod %s without the restore-point step: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// clustersRestoringFrom maps a FelixBackup to the clusters of its
+// namespace that restore from it, so they go on when it completes.
+func (r *FelixClusterReconciler) clustersRestoringFrom(ctx context.Context, o client.Object) []reconcile.Request {
+	var list felixv1.FelixClusterList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, c := range list.Items {
+		if c.Spec.Restore != nil && c.Spec.Restore.Backup == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+		}
+	}
+	return out
+}
