@@ -37,8 +37,8 @@ type FelixClusterReconciler struct {
 	// APIReader reads a broker's PVC uncached before its pod is built
 	// (restore bookkeeping, [ID-5]); Client when nil.
 	APIReader client.Reader
-	Clock  clock.PassiveClock
-	Events events.EventRecorder
+	Clock     clock.PassiveClock
+	Events    events.EventRecorder
 }
 
 // scaleDownRetry is how often a blocked scale-down looks again (the
@@ -50,10 +50,13 @@ const scaleDownRetry = 30 * time.Second
 func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var c felixv1.FelixCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.releaseRestorePoint(ctx, req.Namespace, req.Name, func(string) bool { return false })
+		}
+		return ctrl.Result{}, err
 	}
 	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false })
 	}
 	obs := clusterObservation{Desired: c.Spec.Brokers, Blocked: map[string][]string{}}
 
@@ -87,6 +90,13 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{}, err
 		}
 		obs.Brokers = append(obs.Brokers, bo)
+	}
+	inRange := map[string]bool{}
+	for _, b := range obs.Brokers {
+		inRange[b.Name] = true
+	}
+	if err := r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(n string) bool { return inRange[n] }); err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := r.rollOne(ctx, &c, &obs); err != nil {
 		return ctrl.Result{}, err

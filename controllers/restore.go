@@ -193,3 +193,26 @@ func (r *FelixClusterReconciler) clustersRestoringFrom(ctx context.Context, o cl
 	}
 	return out
 }
+
+// releaseRestorePoint removes the restore-point finalizer from the
+// cluster's pods that no reconcile of a broker in range will settle: all
+// of them once the cluster is gone or being deleted, and those of brokers
+// beyond the desired size (scale-down). Their volumes go with them.
+func (r *FelixClusterReconciler) releaseRestorePoint(ctx context.Context, ns, cluster string, inRange func(broker string) bool) error {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelCluster: cluster}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(p, FinalizerRestorePoint) || inRange(p.Name) {
+			continue
+		}
+		orig := p.DeepCopy()
+		controllerutil.RemoveFinalizer(p, FinalizerRestorePoint)
+		if err := r.Client.Patch(ctx, p, client.MergeFrom(orig), client.FieldOwner(OperatorFieldManager)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("remove restore-point finalizer of pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}

@@ -25,6 +25,7 @@ import (
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/controlplane"
 	"felix.dev/felix/controllers"
+	"felix.dev/felix/internal/snapshots"
 	"felix.dev/felix/internal/testenv"
 )
 
@@ -43,6 +44,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	suite.env, suite.c = env, env.Client
+	// The VolumeSnapshot CRDs, for FelixBackup; no snapshot controller runs,
+	// tests mark snapshots ready themselves.
+	err = snapshots.InstallCRDs(context.Background(), env.Config)
+	if err == nil {
+		suite.c, err = client.New(env.Config, client.Options{Scheme: controllers.NewScheme()})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snapshot CRDs:", err)
+		_ = env.Stop()
+		os.Exit(1)
+	}
 	ctrl.SetLogger(logr.Discard())
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  controllers.NewScheme(),

@@ -49,6 +49,7 @@ type brokerFlags struct {
 	heartbeatInterval          time.Duration
 	nodeExpiry, passInterval   time.Duration
 	bootIDFile                 string
+	maintainInterval           time.Duration
 }
 
 func newBrokerCmd() *cobra.Command {
@@ -103,6 +104,7 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 2*time.Second, "cluster mode: how often the heartbeat Lease is renewed")
 	fl.DurationVar(&f.nodeExpiry, "node-expiry", 10*time.Second, "cluster mode: the cluster's node expiry timeout")
 	fl.DurationVar(&f.passInterval, "pass-interval", 0, "cluster mode: replication pass interval (default 100ms)")
+	fl.DurationVar(&f.maintainInterval, "maintain-interval", time.Minute, "standalone: how often whole segments below each log's floor are deleted [TR-6] (0: never)")
 	fl.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the current boot id (default /proc/sys/kernel/random/boot_id); for tests that stand for a machine restart")
 	_ = fl.MarkHidden("boot-id-file")
 	_ = cmd.MarkFlagRequired("data-dir")
@@ -191,6 +193,9 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pl) }()
+	if f.maintainInterval > 0 {
+		go maintain(cmd.Context(), log.WithName("maintain"), store, f.maintainInterval)
+	}
 	go func() { _ = httpSrv.Serve(hl) }()
 
 	hello, _ := json.Marshal(map[string]string{"msg": "serving", "listen": pl.Addr().String(), "http": hl.Addr().String(),
@@ -231,4 +236,28 @@ func stopBroker(log logr.Logger, f brokerFlags, srv *server.Server, store *logst
 	}
 	_ = httpSrv.Shutdown(ctx)
 	return cause
+}
+
+// maintain deletes whole segments below each log's floor (never the active
+// one, so the floor-setting trim record survives [TR-6]) every interval
+// until ctx ends. A standalone broker has no followers to copy from its
+// floor, so deleting is safe here; cluster members keep their segments
+// until followers can catch up from a leader's floor.
+func maintain(ctx context.Context, log logr.Logger, store *logstore.Store, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := store.Maintain(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error(err, "maintenance")
+		}
+		if res.Segments > 0 {
+			log.Info("deleted segments below the floor", "segments", res.Segments, "records", res.Records, "bytes", res.Bytes)
+		}
+	}
 }
