@@ -9,14 +9,14 @@
 #   --list   print the configurations and exit
 #   CONFIG   run only this configuration (e.g. FelixHeadTrimUntagged)
 #
-# Environment: MODELS_MEMLIM (MB, default 4096) caps each pan run's memory.
+# Environment: MODELS_MEMLIM (MB) caps each pan run's memory: 4096 by
+# default, 8192 with --full (FelixStorageIdentityDeep needs about 5.6 GB).
 # Compiling pan.c dominates a twin's time, so twins are compiled with -O0
 # and passing configurations with -O1 (MODELS_CFLAGS_TWIN, MODELS_CFLAGS_PASS).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FORMAL="$ROOT/formal"
-MEMLIM="${MODELS_MEMLIM:-4096}"
 CFLAGS_TWIN="${MODELS_CFLAGS_TWIN:--O0}"
 CFLAGS_PASS="${MODELS_CFLAGS_PASS:--O1}"
 
@@ -28,7 +28,7 @@ for arg in "$@"; do
 	--full) full=1 ;;
 	--list) list=1 ;;
 	-h | --help)
-		sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	-*)
@@ -74,6 +74,12 @@ CONFIGS=(
 	# Deeper: 5 replicas, 2 faults and a clean restart.
 	"FelixStorageIdentityRestartDeep|FelixStorageIdentity|-DMAXF=2 -DMAXR=1|PASS|full"
 )
+
+if [[ $full == 1 ]]; then
+	MEMLIM="${MODELS_MEMLIM:-8192}"
+else
+	MEMLIM="${MODELS_MEMLIM:-4096}"
+fi
 
 if [[ $list == 1 ]]; then
 	printf '%-44s %-22s %-18s %s\n' CONFIG MODEL EXPECTED DEFINES
@@ -138,7 +144,9 @@ for c in "${CONFIGS[@]}"; do
 		result="CC ERROR"
 		sed 's/^/    /' "$dir/cc.txt" >&2
 	else
-		(cd "$dir" && ./pan -m200000 >pan.txt 2>&1) || true
+		hash="-w24"
+		[[ $depth == full ]] && hash="-w26"
+		(cd "$dir" && ./pan -m200000 "$hash" >pan.txt 2>&1) || true
 		out="$dir/pan.txt"
 		states=$(awk '/states, stored/ {print $1; exit}' "$out")
 		states=${states:--}

@@ -1,0 +1,303 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/controllers"
+)
+
+func getBackup(t *testing.T, ns, name string) *felixv1.FelixBackup {
+	t.Helper()
+	var b felixv1.FelixBackup
+	if err := suite.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &b); err != nil {
+		return nil
+	}
+	return &b
+}
+
+// markSnapshotsReady plays the CSI snapshot controller (none runs under
+// envtest): it sets readyToUse on every VolumeSnapshot of the backup.
+func markSnapshotsReady(t *testing.T, ns, backup string) {
+	t.Helper()
+	var list snapv1.VolumeSnapshotList
+	if err := suite.c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{controllers.LabelBackup: backup}); err != nil {
+		t.Fatalf("list snapshots: %v", err)
+	}
+	for i := range list.Items {
+		vs := &list.Items[i]
+		orig := vs.DeepCopy()
+		vs.Status = &snapv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true), BoundVolumeSnapshotContentName: ptr.To("content-" + vs.Name)}
+		if err := suite.c.Status().Patch(context.Background(), vs, client.MergeFrom(orig)); err != nil {
+			t.Fatalf("mark %s ready: %v", vs.Name, err)
+		}
+	}
+}
+
+// takeBackup creates a FelixBackup of cluster, checks its VolumeSnapshots
+// and that it completes only once they are ready.
+func takeBackup(t *testing.T, ns, cluster, name string, brokers int32) *felixv1.FelixBackup {
+	t.Helper()
+	ctx := context.Background()
+	create(t, &felixv1.FelixBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: felixv1.FelixBackupSpec{Cluster: cluster}})
+	eventually(t, 20*time.Second, "backup Running with its snapshots", func() (bool, string) {
+		b := getBackup(t, ns, name)
+		if b == nil || b.Status.Phase != felixv1.BackupRunning || len(b.Status.Snapshots) != int(brokers) {
+			return false, fmt.Sprintf("%+v", b)
+		}
+		var list snapv1.VolumeSnapshotList
+		if err := suite.c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{controllers.LabelBackup: name}); err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == int(brokers), fmt.Sprintf("%d snapshots", len(list.Items))
+	})
+	b := getBackup(t, ns, name)
+	for _, s := range b.Status.Snapshots {
+		var vs snapv1.VolumeSnapshot
+		if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: s.VolumeSnapshot}, &vs); err != nil {
+			t.Fatalf("snapshot %s: %v", s.VolumeSnapshot, err)
+		}
+		if src := ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, ""); src != controllers.PVCName(controllers.BrokerName(cluster, s.Ordinal)) || src != s.PVC {
+			t.Errorf("snapshot %s source %q, status pvc %q", vs.Name, src, s.PVC)
+		}
+		if vs.Spec.VolumeSnapshotClassName != nil {
+			t.Errorf("snapshot %s class %q, want unset (the cluster default)", vs.Name, *vs.Spec.VolumeSnapshotClassName)
+		}
+		if len(vs.OwnerReferences) != 1 || vs.OwnerReferences[0].Kind != "FelixBackup" || vs.OwnerReferences[0].Name != name {
+			t.Errorf("snapshot %s owners %+v", vs.Name, vs.OwnerReferences)
+		}
+	}
+	if b.Status.StartedAt == nil || b.Status.CompletedAt != nil || conditionTrue(b.Status.Conditions, felixv1.ConditionReady) {
+		t.Fatalf("running backup status: %+v", b.Status)
+	}
+	markSnapshotsReady(t, ns, name)
+	eventually(t, 20*time.Second, "backup Completed", func() (bool, string) {
+		b = getBackup(t, ns, name)
+		return b != nil && b.Status.Phase == felixv1.BackupCompleted, fmt.Sprintf("%+v", b.Status)
+	})
+	for _, s := range b.Status.Snapshots {
+		if !s.ReadyToUse {
+			t.Errorf("completed backup lists %s not ready", s.VolumeSnapshot)
+		}
+	}
+	if b.Status.CompletedAt == nil || !conditionTrue(b.Status.Conditions, felixv1.ConditionReady) {
+		t.Errorf("completed backup status: %+v", b.Status)
+	}
+	return b
+}
+
+// TestBackup_SnapshotsEveryBrokerAndCompletesWhenReady: a FelixBackup takes
+// one VolumeSnapshot per broker PVC and completes once all are ready.
+func TestBackup_SnapshotsEveryBrokerAndCompletesWhenReady(t *testing.T) {
+	ns := namespace(t)
+	create(t, fastCluster(ns, "src", 3))
+	waitForBrokers(t, ns, "src", 3)
+	takeBackup(t, ns, "src", "nightly", 3)
+}
+
+// TestBackup_FailsForMissingCluster: a backup of a cluster that does not
+// exist fails and creates nothing.
+func TestBackup_FailsForMissingCluster(t *testing.T) {
+	ns := namespace(t)
+	create(t, &felixv1.FelixBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}, Spec: felixv1.FelixBackupSpec{Cluster: "nope"}})
+	eventually(t, 20*time.Second, "backup Failed", func() (bool, string) {
+		b := getBackup(t, ns, "b")
+		return b != nil && b.Status.Phase == felixv1.BackupFailed && len(b.Status.Snapshots) == 0, fmt.Sprintf("%+v", b)
+	})
+}
+
+func getPVC(t *testing.T, ns, name string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	var p corev1.PersistentVolumeClaim
+	if err := suite.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+		return nil
+	}
+	return &p
+}
+
+func getPod(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	if err := suite.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+		return nil
+	}
+	return &p
+}
+
+func hasRestorePoint(p *corev1.Pod) bool {
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == controllers.RestorePointContainer {
+			return strings.Join(c.Command, " ")+" "+strings.Join(c.Args, " ") == "felix restore-point --data-dir /var/lib/felix"
+		}
+	}
+	return false
+}
+
+// setPodStatus plays the kubelet: initDone reports the restore-point init
+// container terminated with exit 0, brokerRunning the broker running.
+func setPodStatus(t *testing.T, p *corev1.Pod, initDone, brokerRunning bool) {
+	t.Helper()
+	orig := p.DeepCopy()
+	now := metav1.Now()
+	if initDone {
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: controllers.RestorePointContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: now}}}}
+	}
+	if brokerRunning {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "broker",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	}
+	if err := suite.c.Status().Patch(context.Background(), p, client.MergeFrom(orig)); err != nil {
+		t.Fatalf("pod %s status: %v", p.Name, err)
+	}
+}
+
+// waitNewPod waits for the broker's pod to be one other than old (by UID)
+// and not terminating, and returns it.
+func waitNewPod(t *testing.T, ns, name string, old types.UID) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	eventually(t, 20*time.Second, "a new pod "+name, func() (bool, string) {
+		p = getPod(t, ns, name)
+		return p != nil && p.UID != old && p.DeletionTimestamp == nil, fmt.Sprintf("%+v", p)
+	})
+	return p
+}
+
+// TestID5_RestorePointRunsOnceBeforeFirstStart: a cluster restored from a
+// backup creates its PVCs from the backup's VolumeSnapshots, and each
+// broker's pods run `felix restore-point` until the operator has seen it
+// complete on that volume, never after: not when the pod is deleted after
+// the step completed but before the operator noticed (the finalizer holds
+// the pod until its status is read), not on later restarts. A pod deleted
+// before the step completed is replaced by one that runs it.
+func TestID5_RestorePointRunsOnceBeforeFirstStart(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	create(t, fastCluster(ns, "src", 2))
+	waitForBrokers(t, ns, "src", 2)
+
+	// A restored cluster waits for its backup: no volume, no pod.
+	dst := fastCluster(ns, "dst", 3)
+	dst.Spec.Restore = &felixv1.RestoreSpec{Backup: "bk"}
+	create(t, dst)
+	waitForBrokers(t, ns, "dst", 3)
+	if p := getPVC(t, ns, "data-dst-0"); p != nil {
+		t.Fatalf("PVC created before the backup exists: %+v", p.Spec.DataSource)
+	}
+	takeBackup(t, ns, "src", "bk", 2)
+
+	eventually(t, 20*time.Second, "restored PVCs and pods", func() (bool, string) {
+		for i := 0; i < 3; i++ {
+			if getPod(t, ns, fmt.Sprintf("dst-%d", i)) == nil {
+				return false, fmt.Sprintf("pod dst-%d missing", i)
+			}
+		}
+		return true, ""
+	})
+	for i, want := range []string{"bk-src-0", "bk-src-1", ""} {
+		pvc := getPVC(t, ns, fmt.Sprintf("data-dst-%d", i))
+		pod := getPod(t, ns, fmt.Sprintf("dst-%d", i))
+		if want == "" { // beyond the backup: an empty volume, no restore step
+			if pvc.Spec.DataSource != nil || pvc.Annotations[controllers.AnnotationRestorePoint] != "" || len(pod.Spec.InitContainers) != 0 {
+				t.Errorf("dst-2: dataSource %+v annotations %v init %v", pvc.Spec.DataSource, pvc.Annotations, pod.Spec.InitContainers)
+			}
+			continue
+		}
+		ds := pvc.Spec.DataSource
+		if ds == nil || ptr.Deref(ds.APIGroup, "") != "snapshot.storage.k8s.io" || ds.Kind != "VolumeSnapshot" || ds.Name != want {
+			t.Errorf("%s dataSource %+v, want VolumeSnapshot %s", pvc.Name, ds, want)
+		}
+		if got := pvc.Annotations[controllers.AnnotationRestorePoint]; got != controllers.RestorePointPending {
+			t.Errorf("%s restore-point %q, want pending", pvc.Name, got)
+		}
+		if !hasRestorePoint(pod) || !slicesContains(pod.Finalizers, controllers.FinalizerRestorePoint) {
+			t.Errorf("%s: init %+v finalizers %v, want the restore-point step and finalizer", pod.Name, pod.Spec.InitContainers, pod.Finalizers)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// dst-0: the step completes and the broker starts; the operator marks
+	// the claim done and replaces the pod by one without the step.
+	p0 := getPod(t, ns, "dst-0")
+	setPodStatus(t, p0, true, true)
+	eventually(t, 20*time.Second, "data-dst-0 done", func() (bool, string) {
+		p := getPVC(t, ns, "data-dst-0")
+		return p.Annotations[controllers.AnnotationRestorePoint] == controllers.RestorePointDone, fmt.Sprint(p.Annotations)
+	})
+	p0 = waitNewPod(t, ns, "dst-0", p0.UID)
+	if hasRestorePoint(p0) || len(p0.Finalizers) != 0 {
+		t.Fatalf("dst-0 after done: init %+v finalizers %v", p0.Spec.InitContainers, p0.Finalizers)
+	}
+	// A later restart (pod deleted) never brings the step back.
+	if err := suite.c.Delete(ctx, p0); err != nil {
+		t.Fatalf("delete dst-0: %v", err)
+	}
+	if p := waitNewPod(t, ns, "dst-0", p0.UID); hasRestorePoint(p) {
+		t.Fatalf("restarted dst-0 runs restore-point again")
+	}
+
+	// dst-1: deleted before the step ran: the replacement runs it.
+	p1 := getPod(t, ns, "dst-1")
+	if err := suite.c.Delete(ctx, p1); err != nil {
+		t.Fatalf("delete dst-1: %v", err)
+	}
+	p1 = waitNewPod(t, ns, "dst-1", p1.UID)
+	if !hasRestorePoint(p1) {
+		t.Fatalf("dst-1 replaced before restore-point ran lacks the step")
+	}
+	if got := getPVC(t, ns, "data-dst-1").Annotations[controllers.AnnotationRestorePoint]; got != controllers.RestorePointPending {
+		t.Fatalf("data-dst-1 %q, want pending", got)
+	}
+	// The race: the step completes and the pod is deleted at once, before
+	// the operator saw it. The finalizer keeps the pod until the operator
+	// read its final status, so the claim is done before a new pod exists.
+	setPodStatus(t, p1, true, false)
+	if err := suite.c.Delete(ctx, p1); err != nil {
+		t.Fatalf("delete dst-1: %v", err)
+	}
+	p1 = waitNewPod(t, ns, "dst-1", p1.UID)
+	if hasRestorePoint(p1) {
+		t.Fatalf("dst-1 runs restore-point again after it completed")
+	}
+	if got := getPVC(t, ns, "data-dst-1").Annotations[controllers.AnnotationRestorePoint]; got != controllers.RestorePointDone {
+		t.Fatalf("data-dst-1 %q, want done", got)
+	}
+
+	// spec.restore is fixed at creation.
+	var c felixv1.FelixCluster
+	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dst"}, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.Restore = &felixv1.RestoreSpec{Backup: "other"}
+	if err := suite.c.Update(ctx, &c); !apierrors.IsInvalid(err) {
+		t.Errorf("changing spec.restore: %v, want Invalid", err)
+	}
+	c.Spec.Restore = nil
+	if err := suite.c.Update(ctx, &c); !apierrors.IsInvalid(err) {
+		t.Errorf("removing spec.restore: %v, want Invalid", err)
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
