@@ -34,6 +34,9 @@ type Options struct {
 	Felix string
 	// Namespaces the podrunner and snapshot controller serve; empty: all.
 	Namespaces []string
+	// DockerImage, when set, runs broker pods as Docker containers of this
+	// local image (container mode) instead of local processes.
+	DockerImage string
 	// Log receives progress.
 	Log logr.Logger
 }
@@ -80,7 +83,12 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := snapshots.InstallCRDs(ctx, env.Config); err != nil {
 		return fail(fmt.Errorf("snapshot CRDs: %w", err))
 	}
+	var docker *podrunner.DockerConfig
+	if o.DockerImage != "" {
+		docker = &podrunner.DockerConfig{Image: o.DockerImage}
+	}
 	runner, err := podrunner.New(podrunner.Config{
+		Docker:     docker,
 		RestConfig: env.Config, Namespaces: o.Namespaces, StateDir: o.StateDir,
 		Images:     map[string]string{"felix": o.Felix},
 		Kubeconfig: c.Kubeconfig, MaxProbePeriod: time.Second,

@@ -58,6 +58,12 @@ type Config struct {
 	// ("felix") matches every tag of that image and of any registry path
 	// ending in it ("ghcr.io/org/felix:v1").
 	Images map[string]string
+	// Docker, when set, runs every container whose image maps in Images as
+	// a Docker container of Docker.Image instead of a local process
+	// (container mode): host networking (so the pod keeps its 127.0.0.x
+	// address), each volume and the pod directory bind-mounted at the same
+	// path, kill = docker kill, freeze = docker pause.
+	Docker *DockerConfig
 	// Addresses allocates pod IPs; default: an AddressBook over
 	// 127.0.0.2-127.0.0.254 stored in StateDir/addresses.json.
 	Addresses AddressAllocator
@@ -187,4 +193,13 @@ func LogPath(stateDir, namespace, name string) string {
 // podDir holds a pod's own files (emptyDirs, tmp, token kubeconfig).
 func podDir(stateDir, namespace, name string) string {
 	return filepath.Join(stateDir, "pods", namespace, name)
+}
+
+// DockerConfig configures container mode.
+type DockerConfig struct {
+	// Image is the local image run for every mapped container image; its
+	// entrypoint is the felix binary, so the container's args follow it.
+	Image string
+	// Docker is the docker CLI; default "docker".
+	Docker string
 }

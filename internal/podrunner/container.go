@@ -115,7 +115,35 @@ func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, e
 	}
 	_, _ = fmt.Fprintf(w.logFile, "=== %s podrunner: container %s start (restart %d): %s %s\n",
 		w.r.now().UTC().Format(time.RFC3339Nano), c.Name, cs.restarts, bin, strings.Join(argv, " "))
+	if d := w.r.cfg.Docker; d != nil {
+		return startContainer(*d, dockerSpec{
+			name:   fmt.Sprintf("felix-%s-%s-%s-%d", w.pod.Namespace, w.pod.Name, c.Name, w.r.now().UnixNano()),
+			mounts: dockerMounts(mounts, pd, w.kubeconfig),
+			args:   argv, env: env.list(), out: w.logFile,
+		}, w.r.now())
+	}
 	return startProcess(procSpec{path: bin, args: argv, env: env.list(), dir: dir, out: w.logFile}, w.r.now())
+}
+
+// dockerMounts lists the host directories a container needs at the same
+// path: its volumes, its pod directory and the kubeconfig's directory.
+func dockerMounts(mounts []Mount, podDir, kubeconfig string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, m := range mounts {
+		add(m.HostPath)
+	}
+	add(podDir)
+	if kubeconfig != "" {
+		add(filepath.Dir(kubeconfig))
+	}
+	return out
 }
 
 // waitingReason maps a launch error to the kubelet's waiting reason.

@@ -3,9 +3,11 @@ package podrunner
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -15,6 +17,10 @@ import (
 // the runner's thread that started it dies (Pdeathsig), so a crashed runner
 // leaves no broker behind.
 type process struct {
+	// docker and container are set in container mode: signals become
+	// docker commands on the named container.
+	docker, container string
+
 	cmd     *exec.Cmd
 	pid     int
 	started time.Time
@@ -49,8 +55,29 @@ func startProcess(spec procSpec, now time.Time) (*process, error) {
 	return p, nil
 }
 
-// signal sends sig to the process group.
+// signal sends sig to the process group, or in container mode does what
+// the signal means to the container (SIGSTOP and SIGCONT pause and unpause
+// it, since a stop signal cannot be forwarded).
 func (p *process) signal(sig syscall.Signal) error {
+	if p.container != "" {
+		if p.exited() {
+			return nil
+		}
+		var args []string
+		switch sig {
+		case syscall.SIGSTOP:
+			args = []string{"pause", p.container}
+		case syscall.SIGCONT:
+			args = []string{"unpause", p.container}
+		default:
+			args = []string{"kill", "--signal", strconv.Itoa(int(sig)), p.container}
+		}
+		out, err := exec.Command(p.docker, args...).CombinedOutput()
+		if err != nil && sig != syscall.SIGCONT && !p.exited() {
+			return fmt.Errorf("podrunner: docker %s: %w: %s", args[0], err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
 	err := syscall.Kill(-p.pid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
@@ -104,8 +131,12 @@ func (p *process) exitInfo() (code int32, signal int32, reason string) {
 }
 
 // waitStopped polls /proc until the process is in the stopped state (a
-// SIGSTOP takes effect asynchronously) or the deadline passes.
+// SIGSTOP takes effect asynchronously) or the deadline passes. A paused
+// container is frozen when docker pause returns.
 func (p *process) waitStopped(deadline time.Time) bool {
+	if p.container != "" {
+		return true
+	}
 	for time.Now().Before(deadline) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
 		if err != nil {
@@ -118,4 +149,41 @@ func (p *process) waitStopped(deadline time.Time) bool {
 		time.Sleep(time.Millisecond)
 	}
 	return false
+}
+
+// dockerSpec is a container to run in container mode.
+type dockerSpec struct {
+	name   string
+	mounts []string
+	args   []string
+	env    []string
+	out    *os.File
+}
+
+// startContainer runs the container with `docker run` in the foreground; the
+// docker CLI process stands for the container (its exit is the container's).
+func startContainer(d DockerConfig, spec dockerSpec, now time.Time) (*process, error) {
+	docker := d.Docker
+	if docker == "" {
+		docker = "docker"
+	}
+	args := []string{"run", "--rm", "--name", spec.name, "--network", "host",
+		"--user", strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())}
+	for _, m := range spec.mounts {
+		args = append(args, "--volume", m+":"+m)
+	}
+	for _, e := range spec.env {
+		if strings.HasPrefix(e, "PATH=") {
+			continue // the image's own
+		}
+		args = append(args, "--env", e)
+	}
+	args = append(args, d.Image)
+	args = append(args, spec.args...)
+	p, err := startProcess(procSpec{path: docker, args: args, env: os.Environ(), out: spec.out}, now)
+	if err != nil {
+		return nil, err
+	}
+	p.docker, p.container = docker, spec.name
+	return p, nil
 }

@@ -7,6 +7,7 @@ package localcluster_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -46,6 +47,28 @@ func eventually(t *testing.T, what string, timeout time.Duration, cond func() (b
 // counted under its old id, a follower is promoted, and every acknowledged
 // record is readable from it.
 func TestID1_LocalClusterWipedFollowerNotPromoted(t *testing.T) {
+	scenarioWipedFollower(t, "")
+}
+
+// TestID1_LocalClusterWipedFollowerNotPromoted_Containers is the same
+// scenario with every broker pod a Docker container of the image the
+// Dockerfile builds (from scratch, so nothing is pulled): kill is docker
+// kill, freeze is docker pause, the volume a bind-mounted directory.
+// FELIX_SKIP_DOCKER=1 skips it on a machine without Docker.
+func TestID1_LocalClusterWipedFollowerNotPromoted_Containers(t *testing.T) {
+	if os.Getenv("FELIX_SKIP_DOCKER") == "1" {
+		t.Skip("FELIX_SKIP_DOCKER=1")
+	}
+	build := exec.Command("hack/docker-build.sh", "felix:e2e")
+	build.Dir = testenv.RepoRoot()
+	build.Env = append(os.Environ(), "BASE=scratch")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("image build: %v\n%s", err, out)
+	}
+	scenarioWipedFollower(t, "felix:e2e")
+}
+
+func scenarioWipedFollower(t *testing.T, image string) {
 	if testing.Short() {
 		t.Skip("local cluster scenario skipped with -short")
 	}
@@ -57,7 +80,7 @@ func TestID1_LocalClusterWipedFollowerNotPromoted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin})
+	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin, DockerImage: image})
 	if err != nil {
 		t.Fatal(err)
 	}
