@@ -33,6 +33,11 @@ help: ## Show this help.
 dev: build envtest-bins ## Run a local Felix control plane (real kube-apiserver + etcd, CRDs installed).
 	hack/dev.sh
 
+.PHONY: dev-containers
+dev-containers: build envtest-bins ## Like dev, with every broker pod a Docker container (image built FROM scratch, nothing pulled).
+	BASE=scratch hack/docker-build.sh felix:dev
+	hack/dev.sh --docker-image felix:dev
+
 ##@ Development
 
 .PHONY: generate

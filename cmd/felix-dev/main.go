@@ -40,14 +40,15 @@ func main() {
 	felix := flag.String("felix", filepath.Join(root, "bin", "felix"), "the felix binary to run for the operator and the brokers")
 	samples := flag.String("samples", filepath.Join(root, "config", "samples"), "manifests to apply once the cluster is up (empty: none)")
 	verbose := flag.Bool("v", false, "log the runner's progress to stderr")
+	dockerImage := flag.String("docker-image", "", "run broker pods as Docker containers of this local image (container mode)")
 	flag.Parse()
-	if err := run(*stateDir, *felix, *samples, *verbose); err != nil {
+	if err := run(*stateDir, *felix, *samples, *dockerImage, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "felix-dev:", err)
 		os.Exit(1)
 	}
 }
 
-func run(stateDir, felix, samples string, verbose bool) error {
+func run(stateDir, felix, samples, dockerImage string, verbose bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if _, err := os.Stat(felix); err != nil {
@@ -63,7 +64,7 @@ func run(stateDir, felix, samples string, verbose bool) error {
 	}
 	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(out, obj) }, funcr.Options{})
 	fmt.Println("starting kube-apiserver, etcd, the operator and the pod runner ...")
-	c, err := localcluster.Start(ctx, localcluster.Options{StateDir: stateDir, Felix: felix, Log: log})
+	c, err := localcluster.Start(ctx, localcluster.Options{StateDir: stateDir, Felix: felix, DockerImage: dockerImage, Log: log})
 	if err != nil {
 		return err
 	}
