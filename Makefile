@@ -30,7 +30,7 @@ help: ## Show this help.
 ##@ Run
 
 .PHONY: dev
-dev: build envtest-bins ## Run a local Felix control plane (real kube-apiserver + etcd, CRDs installed).
+dev: build envtest-bins ## Run Felix locally: API server, operator and 5 broker pods as processes (no Kubernetes cluster).
 	hack/dev.sh
 
 .PHONY: dev-containers
