@@ -10,6 +10,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -105,6 +106,11 @@ func TestBackup_SnapshotsEveryBrokerAndCompletesWhenReady(t *testing.T) {
 	create(t, fastCluster(ns, "src", 3))
 	waitForBrokers(t, ns, "src", 3)
 	takeBackup(t, ns, "src", "nightly", 3)
+	b := getBackup(t, ns, "nightly")
+	b.Spec.Cluster = "other"
+	if err := suite.c.Update(context.Background(), b); !apierrors.IsInvalid(err) {
+		t.Errorf("changing a backup's spec: %v, want Invalid", err)
+	}
 }
 
 // TestBackup_FailsForMissingCluster: a backup of a cluster that does not
@@ -194,6 +200,14 @@ func TestID5_RestorePointRunsOnceBeforeFirstStart(t *testing.T) {
 	dst.Spec.Restore = &felixv1.RestoreSpec{Backup: "bk"}
 	create(t, dst)
 	waitForBrokers(t, ns, "dst", 3)
+	eventually(t, 20*time.Second, "dst Progressing: WaitingForBackup", func() (bool, string) {
+		var c felixv1.FelixCluster
+		if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dst"}, &c); err != nil {
+			return false, err.Error()
+		}
+		p := condition(c.Status.Conditions, felixv1.ConditionProgressing)
+		return p != nil && p.Reason == "WaitingForBackup", fmt.Sprintf("%+v", p)
+	})
 	if p := getPVC(t, ns, "data-dst-0"); p != nil {
 		t.Fatalf("PVC created before the backup exists: %+v", p.Spec.DataSource)
 	}
@@ -278,18 +292,47 @@ func TestID5_RestorePointRunsOnceBeforeFirstStart(t *testing.T) {
 		t.Fatalf("data-dst-1 %q, want done", got)
 	}
 
+	// A broker that registered before and loses its claim gets an empty
+	// volume, not the backup again.
+	startBroker(t, ns, "dst", 0)
+	old := getPVC(t, ns, "data-dst-0")
+	if err := suite.c.Delete(ctx, old); err != nil {
+		t.Fatalf("delete data-dst-0: %v", err)
+	}
+	if p := getPVC(t, ns, "data-dst-0"); p != nil && len(p.Finalizers) > 0 {
+		orig := p.DeepCopy()
+		p.Finalizers = nil // no controller manager runs to release pvc-protection
+		if err := suite.c.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+			t.Fatalf("release data-dst-0: %v", err)
+		}
+	}
+	eventually(t, 20*time.Second, "a new empty data-dst-0", func() (bool, string) {
+		p := getPVC(t, ns, "data-dst-0")
+		return p != nil && p.UID != old.UID && p.DeletionTimestamp == nil, fmt.Sprintf("%+v", p)
+	})
+	if p := getPVC(t, ns, "data-dst-0"); p.Spec.DataSource != nil || p.Annotations[controllers.AnnotationRestorePoint] != "" {
+		t.Errorf("re-created claim of a registered broker: dataSource %+v annotations %v", p.Spec.DataSource, p.Annotations)
+	}
+
 	// spec.restore is fixed at creation.
-	var c felixv1.FelixCluster
-	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dst"}, &c); err != nil {
-		t.Fatal(err)
-	}
-	c.Spec.Restore = &felixv1.RestoreSpec{Backup: "other"}
-	if err := suite.c.Update(ctx, &c); !apierrors.IsInvalid(err) {
-		t.Errorf("changing spec.restore: %v, want Invalid", err)
-	}
-	c.Spec.Restore = nil
-	if err := suite.c.Update(ctx, &c); !apierrors.IsInvalid(err) {
-		t.Errorf("removing spec.restore: %v, want Invalid", err)
+	for _, restore := range []*felixv1.RestoreSpec{{Backup: "other"}, nil} {
+		var c felixv1.FelixCluster
+		if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dst"}, &c); err != nil {
+			t.Fatal(err)
+		}
+		c.Spec.Restore = restore
+		// An update validated against the live object: the CEL rule
+		// answers Invalid (a status write in between would be Conflict).
+		err := suite.c.Update(ctx, &c)
+		for apierrors.IsConflict(err) {
+			if err = suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dst"}, &c); err == nil {
+				c.Spec.Restore = restore
+				err = suite.c.Update(ctx, &c)
+			}
+		}
+		if !apierrors.IsInvalid(err) {
+			t.Errorf("setting spec.restore to %+v: %v, want Invalid", restore, err)
+		}
 	}
 }
 
@@ -301,3 +344,84 @@ func slicesContains(s []string, v string) bool {
 	}
 	return false
 }
+
+// TestID5_SettleRestorePointOrder drives the settlement of one restored
+// broker's pod step by step (no cluster owns it, so the running operator
+// leaves it alone): the order of the kubelet's report, the pod's deletion
+// and the operator's look is fixed by the test, and in every order the
+// claim is marked done exactly when the pod shows the step completed.
+func TestID5_SettleRestorePointOrder(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name          string
+		initDone      bool // the kubelet reported the init step exited 0
+		brokerRunning bool // the kubelet reported the broker running
+		deleted       bool // the pod was deleted before the operator looked
+		wantDone      bool
+		wantPodGone   bool // replaced (done) or released (deleted)
+	}{
+		{name: "init-running", wantDone: false, wantPodGone: false},
+		{name: "init-done-pod-live", initDone: true, wantDone: true, wantPodGone: true},
+		{name: "broker-running-init-status-lost", brokerRunning: true, wantDone: true, wantPodGone: true},
+		{name: "init-done-then-deleted-before-look", initDone: true, deleted: true, wantDone: true, wantPodGone: true},
+		{name: "deleted-before-init-ran", deleted: true, wantDone: false, wantPodGone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := namespace(t)
+			pvc := &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controllers.PVCName("x-0"),
+					Annotations: map[string]string{controllers.AnnotationRestorePoint: controllers.RestorePointPending}},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMustParse("1Gi")}},
+				},
+			}
+			create(t, pvc)
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x-0", Finalizers: []string{controllers.FinalizerRestorePoint}},
+				Spec: corev1.PodSpec{
+					InitContainers: []corev1.Container{{Name: controllers.RestorePointContainer, Image: "felix:test"}},
+					Containers:     []corev1.Container{{Name: "broker", Image: "felix:test"}},
+				},
+			}
+			create(t, pod)
+			if tc.initDone || tc.brokerRunning {
+				setPodStatus(t, pod, tc.initDone, tc.brokerRunning)
+			}
+			if tc.deleted {
+				if err := suite.c.Delete(ctx, pod); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if getPod(t, ns, "x-0") == nil {
+				t.Fatalf("the finalizer did not hold the pod")
+			}
+			// Three looks, as the reconciles the pod's updates bring.
+			for i := 0; i < 3; i++ {
+				p := getPod(t, ns, "x-0")
+				if p == nil {
+					break
+				}
+				if err := controllers.SettleRestorePoint(ctx, suite.c, p); err != nil {
+					t.Fatalf("settle: %v", err)
+				}
+			}
+			got := getPVC(t, ns, pvc.Name).Annotations[controllers.AnnotationRestorePoint]
+			if want := map[bool]string{true: controllers.RestorePointDone, false: controllers.RestorePointPending}[tc.wantDone]; got != want {
+				t.Errorf("claim restore-point %q, want %q", got, want)
+			}
+			after := getPod(t, ns, "x-0")
+			if gone := after == nil || after.DeletionTimestamp != nil; gone != tc.wantPodGone {
+				t.Errorf("pod gone %v, want %v (%+v)", gone, tc.wantPodGone, after)
+			}
+			if after != nil && tc.wantPodGone && slicesContains(after.Finalizers, controllers.FinalizerRestorePoint) {
+				t.Errorf("finalizer kept on a settled pod: %v", after.Finalizers)
+			}
+			if after != nil && !tc.wantPodGone && !slicesContains(after.Finalizers, controllers.FinalizerRestorePoint) {
+				t.Errorf("finalizer dropped while the step may still run")
+			}
+		})
+	}
+}
+
+func resourceMustParse(s string) resource.Quantity { return resource.MustParse(s) }

@@ -238,12 +238,14 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: PVCName(name)}, &pvc); {
 	case apierrors.IsNotFound(err):
 		p := brokerPVC(c, name)
-		snap, wait, err := r.restoreSource(ctx, c, ordinal)
+		snap, wait, err := r.restoreSource(ctx, c, ordinal, fb.Status.Incarnation > 0)
 		if err != nil {
 			return bo, err
 		}
 		if wait {
-			return bo, nil // restored cluster: no volume or pod until the backup is Completed
+			// Restored cluster: no volume or pod until the backup is Completed.
+			obs.RestoreWaiting = c.Spec.Restore.Backup
+			return bo, nil
 		}
 		if snap != "" {
 			restorePVC(p, snap)

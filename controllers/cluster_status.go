@@ -28,6 +28,9 @@ type clusterObservation struct {
 	// to be ready.
 	Outdated    int
 	RollWaiting bool
+	// RestoreWaiting names the FelixBackup a restored cluster waits for
+	// (missing or not Completed); its volumes and pods are not created.
+	RestoreWaiting string
 }
 
 // brokerObservation is one broker's registry entry as the cluster sees it.
@@ -66,6 +69,8 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		conds = append(conds, cond(felixv1.ConditionReady, false, "BrokersNotReady", fmt.Sprintf("%d/%d brokers registered and up", ready, obs.Desired)))
 	}
 	switch {
+	case obs.RestoreWaiting != "":
+		conds = append(conds, cond(felixv1.ConditionProgressing, true, "WaitingForBackup", fmt.Sprintf("restore waits for FelixBackup %s to exist and complete", obs.RestoreWaiting)))
 	case obs.Created > 0 || missing > 0:
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "CreatingBrokers", fmt.Sprintf("created %d objects; %d brokers missing", obs.Created, missing)))
 	case obs.Removing > 0:

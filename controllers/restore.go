@@ -41,11 +41,13 @@ const (
 )
 
 // restoreSource returns the VolumeSnapshot a new PVC of ordinal starts
-// from: "" for a cluster that is not restored or a broker beyond the
-// backup's size; wait is true while the backup is missing or not
-// Completed (the PVC and pod are not created yet).
-func (r *FelixClusterReconciler) restoreSource(ctx context.Context, c *felixv1.FelixCluster, ordinal int32) (snapshot string, wait bool, err error) {
-	if c.Spec.Restore == nil {
+// from: "" for a cluster that is not restored, a broker beyond the
+// backup's size, or a broker that registered before (its volume was lost
+// or it was scaled away and back: it starts empty, as any wiped broker);
+// wait is true while the backup is missing or not Completed (the PVC and
+// pod are not created yet).
+func (r *FelixClusterReconciler) restoreSource(ctx context.Context, c *felixv1.FelixCluster, ordinal int32, registered bool) (snapshot string, wait bool, err error) {
+	if c.Spec.Restore == nil || registered {
 		return "", false, nil
 	}
 	var b felixv1.FelixBackup
@@ -108,7 +110,7 @@ func withRestorePoint(pod *corev1.Pod) {
 		Command:         []string{"felix"},
 		Args:            []string{"restore-point", "--data-dir", DataDir},
 		SecurityContext: broker.SecurityContext.DeepCopy(),
-		VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: DataDir}},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: DataDir}, {Name: "tmp", MountPath: "/tmp"}},
 	})
 	controllerutil.AddFinalizer(pod, FinalizerRestorePoint)
 }
@@ -133,8 +135,9 @@ func restorePointRan(pod *corev1.Pod) bool {
 
 // settleRestorePoint handles a broker pod that carries the restore-point
 // finalizer. Once the pod shows restore-point completed, the PVC is marked
-// done (before anything else, with an optimistic lock), then the finalizer
-// goes and the pod is replaced by one without the init step, so not even a
+// done (before anything else, with an optimistic lock), then the pod is
+// deleted, its finalizer goes at the next look, and it is replaced by one
+// without the init step, so not even a
 // kubelet re-running init containers (a new pod sandbox after a node
 // reboot) can run restore-point after the broker started. A pod deleted
 // before it showed completion loses its finalizer with the PVC still
@@ -162,18 +165,23 @@ func (r *FelixClusterReconciler) settleRestorePoint(ctx context.Context, c *feli
 		done = true
 		r.event(c, corev1.EventTypeNormal, "RestorePointDone", "Restore", "restore-point completed on %s before broker %s first started", pvc.Name, pod.Name)
 	}
-	if !done && pod.DeletionTimestamp == nil {
-		return nil // still running the init step, or not yet reported
+	if pod.DeletionTimestamp == nil {
+		if !done {
+			return nil // still running the init step, or not yet reported
+		}
+		// Delete first, finalizer second (the pod's update brings the next
+		// reconcile): whatever stops the operator in between, the pod
+		// carrying the init step is on its way out and keeps its
+		// finalizer until the claim is seen done.
+		if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replace pod %s without the restore-point step: %w", pod.Name, err)
+		}
+		return nil
 	}
 	orig := pod.DeepCopy()
 	controllerutil.RemoveFinalizer(pod, FinalizerRestorePoint)
 	if err := r.Client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove restore-point finalizer of pod %s: %w", pod.Name, err)
-	}
-	if done && pod.DeletionTimestamp == nil {
-		if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("replace pod %s without the restore-point step: %w", pod.Name, err)
-		}
 	}
 	return nil
 }

@@ -1,0 +1,18 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// SettleRestorePoint runs the operator's restore-point settlement of one
+// broker pod once, with c as client and reader, so a test can order the
+// pod's status, its deletion and the operator's look deterministically.
+func SettleRestorePoint(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	r := &FelixClusterReconciler{Client: c, APIReader: c}
+	return r.settleRestorePoint(ctx, &felixv1.FelixCluster{}, pod)
+}
