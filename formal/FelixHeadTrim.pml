@@ -39,6 +39,10 @@
  *
  * Bounds (override with -D): MAXW data writes, MAXT trims (no-ops that
  * answer included), MAXE failovers. The log has MAXW+MAXT positions.
+ * -DNO_INDEX_LOSS turns off the loss and rebuild of the trim index (a
+ * bound on faults, not a rule; see RetentionOn in README.md).
+ *
+ * Run: hack/check-models.sh (see formal/README.md).
  */
 
 #ifndef MAXW
@@ -72,7 +76,7 @@ typedef BLog {
 
 BLog lg[NB];        /* each broker's log; positions below del[] are deleted
                      * but their content is kept as a ghost for the checks */
-byte tl[NB];       /* last position in the log */
+byte tl[NB];        /* the tail: last position in the log */
 byte cm[NB];        /* commit index known by the broker */
 byte del[NB];       /* first surviving position (segments below deleted) */
 byte fl[NB];        /* the floor the broker's storage applies [TR-5] */

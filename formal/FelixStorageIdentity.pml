@@ -51,6 +51,8 @@
  * Bounds (override with -D): MAXW writes (log positions), MAXF fault
  * events in all (FAULTS+1 by default, so one may precede an
  * acknowledgement), MAXR clean restarts, MAXE placements.
+ *
+ * Run: hack/check-models.sh (see formal/README.md).
  */
 
 #ifndef REPLICAS

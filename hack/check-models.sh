@@ -10,7 +10,7 @@
 #   CONFIG   run only this configuration (e.g. FelixHeadTrimUntagged)
 #
 # Environment: MODELS_MEMLIM (MB) caps each pan run's memory: 4096 by
-# default, 8192 with --full (FelixStorageIdentityDeep needs about 5.6 GB).
+# default, 8192 with --full (the deepest identity runs need about 6 GB).
 # Compiling pan.c dominates a twin's time, so twins are compiled with -O0
 # and passing configurations with -O1 (MODELS_CFLAGS_TWIN, MODELS_CFLAGS_PASS).
 set -euo pipefail
@@ -73,6 +73,8 @@ CONFIGS=(
 	"FelixStorageIdentityDeep|FelixStorageIdentity|-DMAXF=3 -DMAXE=2 -DMAXR=0|PASS|full"
 	# Deeper: 5 replicas, 2 faults and a clean restart.
 	"FelixStorageIdentityRestartDeep|FelixStorageIdentity|-DMAXF=2 -DMAXR=1|PASS|full"
+	# Deeper: 5 replicas, 2 records, 2 faults.
+	"FelixStorageIdentityTwoRecords|FelixStorageIdentity|-DMAXW=2 -DMAXF=2 -DMAXR=0|PASS|full"
 )
 
 if [[ $full == 1 ]]; then
