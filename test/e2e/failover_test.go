@@ -52,14 +52,30 @@ func (c *cluster) appendAcked(t *testing.T, stream string, n int, prefix string)
 	return acked
 }
 
-// readAll reads the whole data log of shard 0 from a broker.
+// readAll reads the whole data log of shard 0 from a broker. A broker that
+// was just assigned the lead serves once it has seen the assignment and
+// fenced the shard, so refusals are retried until a deadline.
 func readAll(t *testing.T, addr, stream string) map[uint64]string {
 	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := tryReadAll(addr, stream)
+		if err == nil {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read from %s: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func tryReadAll(addr, stream string) (map[uint64]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cl, err := client.Dial(ctx, addr, client.Options{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer cl.Close()
 	out := map[uint64]string{}
@@ -67,13 +83,13 @@ func readAll(t *testing.T, addr, stream string) map[uint64]string {
 	for {
 		r, err := cl.Read(ctx, req)
 		if err != nil {
-			t.Fatalf("read from %s: %v", addr, err)
+			return nil, err
 		}
 		for _, rec := range r.Records {
 			out[rec.Offset] = string(rec.Payload)
 		}
 		if len(r.Records) == 0 {
-			return out
+			return out, nil
 		}
 		req.From, req.Offset = wire.FromOffset, r.Next
 	}
