@@ -3,8 +3,6 @@ package localcluster_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,8 +13,6 @@ import (
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	fclient "felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
-	"felix.dev/felix/internal/localcluster"
-	"felix.dev/felix/internal/testenv"
 )
 
 // TestID5_BackupAndRestoreOnLocalCluster takes a FelixBackup of a running
@@ -27,19 +23,9 @@ func TestID5_BackupAndRestoreOnLocalCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("local cluster scenario skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "felix")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/felix")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Stop()
+	lc := startLocal(t, ctx, "")
 	c := lc.Env.Client
 	ns := "backup"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

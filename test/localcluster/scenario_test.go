@@ -72,19 +72,9 @@ func scenarioWipedFollower(t *testing.T, image string) {
 	if testing.Short() {
 		t.Skip("local cluster scenario skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "felix")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/felix")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin, DockerImage: image})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Stop()
+	lc := startLocal(t, ctx, image)
 	c := lc.Env.Client
 	ns := "scenario"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -207,4 +197,22 @@ func scenarioWipedFollower(t *testing.T, image string) {
 		}
 	}
 	t.Logf("leader %s frozen; %s promoted at epoch %d; wiped %s (old id %s, new id %s)", leader, a.Leader, a.Epoch, wiped, oldID, newID)
+}
+
+// startLocal builds the felix binary and starts a local cluster that stops
+// when the test ends; image selects container mode.
+func startLocal(t *testing.T, ctx context.Context, image string) *localcluster.Cluster {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "felix")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/felix")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin, DockerImage: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Stop)
+	return lc
 }
