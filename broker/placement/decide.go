@@ -53,13 +53,16 @@ func Decide(in Input) Decision {
 
 // firstAssignment leads a new shard at epoch 1 with the first Up replica in
 // replica-set order. Its logs are empty, so every registered replica counts
-// under its registered id.
+// under its registered id. A replica that has not registered yet has no id
+// to be counted under: counting it under "" would keep it out of the fence
+// forever once it registers, so it is left out, and the shard waits until
+// a majority of its replicas can be counted.
 func firstAssignment(in Input) Decision {
 	counted := map[string]string{}
 	leader := ""
 	for _, n := range in.Replicas {
 		b, ok := in.Brokers[n]
-		if !ok || b.State == Left {
+		if !ok || b.State == Left || b.Incarnation == 0 {
 			continue
 		}
 		counted[n] = b.StorageID
@@ -69,6 +72,9 @@ func firstAssignment(in Input) Decision {
 	}
 	if leader == "" {
 		return Decision{Action: Wait, Reason: ReasonNoReplicaUp}
+	}
+	if len(counted) < len(in.Replicas)/2+1 {
+		return Decision{Action: Wait, Reason: ReasonTooFewRegistered}
 	}
 	return Decision{Action: Promote, Reason: ReasonNewShard, Leader: leader, Epoch: 1,
 		LeaderIncarnation: in.Brokers[leader].Incarnation, Counted: counted}

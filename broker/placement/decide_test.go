@@ -256,6 +256,31 @@ func TestCP_FirstAssignment(t *testing.T) {
 	}
 }
 
+// TestCP1_FirstAssignmentCountsOnlyRegistered: a replica that has not
+// registered yet is not counted (it has no id to be counted under, and one
+// counted under "" could never join the fence after registering); a new
+// shard waits until a majority can be counted.
+func TestCP1_FirstAssignmentCountsOnlyRegistered(t *testing.T) {
+	in := world()
+	in.Assignment, in.Report = nil, nil
+	for _, n := range []string{"c", "d", "e"} {
+		setBroker(&in, n, func(b *Broker) { *b = Broker{} })
+	}
+	if d := Decide(in); d.Action != Wait || d.Reason != ReasonTooFewRegistered {
+		t.Fatalf("two of five registered: %+v", d)
+	}
+	setBroker(&in, "c", func(b *Broker) { *b = Broker{StorageID: "C", Incarnation: 1, State: Up} })
+	d := Decide(in)
+	if d.Action != Promote || d.Reason != ReasonNewShard || len(d.Counted) != 3 {
+		t.Fatalf("three of five registered: %+v", d)
+	}
+	for _, n := range []string{"d", "e"} {
+		if _, ok := d.Counted[n]; ok {
+			t.Errorf("unregistered %s counted: %v", n, d.Counted)
+		}
+	}
+}
+
 // TestCP_CandidateOrder: ranking is a sort — confirmed, then id match
 // before missing id, then name — and deterministic.
 func TestCP_CandidateOrder(t *testing.T) {

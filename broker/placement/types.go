@@ -177,6 +177,10 @@ const (
 	// ReasonNoEligibleFollower: the report is usable but no Up follower
 	// is caught up under its registered id.
 	ReasonNoEligibleFollower
+	// ReasonTooFewRegistered: a new shard waits until a majority of its
+	// replicas have registered a storage id, since only registered
+	// replicas can be counted for its first fence.
+	ReasonTooFewRegistered
 )
 
 // String returns the reason as a CamelCase condition reason.
@@ -198,6 +202,8 @@ func (r Reason) String() string {
 		return "ReportExpired"
 	case ReasonNoEligibleFollower:
 		return "NoEligibleFollower"
+	case ReasonTooFewRegistered:
+		return "TooFewRegistered"
 	default:
 		return fmt.Sprintf("Reason(%d)", uint8(r))
 	}
