@@ -2,6 +2,8 @@ package datadir
 
 import (
 	"fmt"
+
+	"felix.dev/felix/broker/record"
 )
 
 // RunStateFile is the name of the run-state file inside the data directory.
@@ -14,53 +16,19 @@ const runStateMagic = "felix-run-state/1"
 // read when the record was written.
 const unknownBoot = "-"
 
-// FsyncMode is the durability mode of the log store during a run, as far
-// as the identity rules care: whether an acknowledged append had been
-// synced before it was acknowledged. The zero value is invalid.
-type FsyncMode uint8
+// FsyncMode is record.FsyncMode: one type for the mode the store applies
+// and the run-state records.
+type FsyncMode = record.FsyncMode
 
+// The three modes (see record.FsyncMode).
 const (
-	// FsyncOnCommit: every append is synced before it is acknowledged.
-	FsyncOnCommit FsyncMode = iota + 1
-	// FsyncPeriodic: appends are acknowledged once the kernel has them and
-	// synced on an interval.
-	FsyncPeriodic
-	// FsyncNone: appends are acknowledged once the kernel has them and never
-	// synced by the broker.
-	FsyncNone
+	FsyncOnCommit = record.FsyncOnCommit
+	FsyncPeriodic = record.FsyncPeriodic
+	FsyncNone     = record.FsyncNone
 )
 
-// String returns the spelling used in the run-state file: "on-commit",
-// "periodic" or "none".
-func (m FsyncMode) String() string {
-	switch m {
-	case FsyncOnCommit:
-		return "on-commit"
-	case FsyncPeriodic:
-		return "periodic"
-	case FsyncNone:
-		return "none"
-	}
-	return fmt.Sprintf("FsyncMode(%d)", uint8(m))
-}
-
-// Valid reports whether m is one of the three modes.
-func (m FsyncMode) Valid() bool { return m >= FsyncOnCommit && m <= FsyncNone }
-
-// ParseFsyncMode accepts the run-state spelling ("on-commit", "periodic",
-// "none") and the FelixCluster API spelling ("OnCommit", "Periodic",
-// "None").
-func ParseFsyncMode(s string) (FsyncMode, error) {
-	switch s {
-	case "on-commit", "OnCommit":
-		return FsyncOnCommit, nil
-	case "periodic", "Periodic":
-		return FsyncPeriodic, nil
-	case "none", "None":
-		return FsyncNone, nil
-	}
-	return 0, fmt.Errorf("datadir: unknown fsync mode %q", s)
-}
+// ParseFsyncMode is record.ParseFsyncMode.
+func ParseFsyncMode(s string) (FsyncMode, error) { return record.ParseFsyncMode(s) }
 
 // RunPhase says whether the run that wrote a run-state record was still
 // running or had stopped cleanly. The zero value is invalid.

@@ -1,9 +1,13 @@
 package logstore
 
-import "errors"
+import (
+	"errors"
 
-// ErrBadFsyncMode is returned by ParseFsyncMode for an unknown spelling.
-var ErrBadFsyncMode = errors.New("unknown fsync mode")
+	"felix.dev/felix/broker/record"
+)
+
+// ErrBadFsyncMode is record.ErrBadFsyncMode: an unknown fsync mode.
+var ErrBadFsyncMode = record.ErrBadFsyncMode
 
 // ErrFloorAboveTrim refuses a trim whose floor is higher than the offset the
 // trim record would land at [TR-2].

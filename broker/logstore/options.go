@@ -1,30 +1,26 @@
 package logstore
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"felix.dev/felix/broker/record"
 )
 
-// FsyncMode says when an append is acknowledged relative to the disk.
-type FsyncMode uint8
+// FsyncMode is record.FsyncMode: one type for the mode the store applies
+// and the run-state records.
+type FsyncMode = record.FsyncMode
 
+// The three modes (see record.FsyncMode).
 const (
-	// FsyncOnCommit acknowledges an append only after a DB.Sync that
-	// started after the append was written. Concurrent appends share one
-	// sync (group commit). Survives process and machine crashes.
-	FsyncOnCommit FsyncMode = iota
-	// FsyncPeriodic acknowledges after the write reaches badger's log
-	// files (page cache); a background sync runs every FsyncInterval.
-	// Survives process crashes; a machine crash may lose up to about one
-	// interval of acknowledged appends.
-	FsyncPeriodic
-	// FsyncNone never syncs explicitly (only on Close). Survives process
-	// crashes; a machine crash may lose any acknowledged append not yet
-	// written back by the kernel.
-	FsyncNone
+	FsyncOnCommit = record.FsyncOnCommit
+	FsyncPeriodic = record.FsyncPeriodic
+	FsyncNone     = record.FsyncNone
 )
+
+// ParseFsyncMode is record.ParseFsyncMode.
+func ParseFsyncMode(s string) (FsyncMode, error) { return record.ParseFsyncMode(s) }
 
 // DefaultFsyncInterval is the background sync interval of FsyncPeriodic when
 // Options.FsyncInterval is zero.
@@ -37,35 +33,6 @@ const (
 	DefaultMaxBatchRecords = 4096
 	DefaultMaxBatchBytes   = 4 << 20
 )
-
-// String returns "on-commit", "periodic" or "none".
-func (m FsyncMode) String() string {
-	switch m {
-	case FsyncOnCommit:
-		return "on-commit"
-	case FsyncPeriodic:
-		return "periodic"
-	case FsyncNone:
-		return "none"
-	default:
-		return fmt.Sprintf("fsync-mode(%d)", uint8(m))
-	}
-}
-
-// ParseFsyncMode parses "on-commit", "periodic" or "none". The Kubernetes
-// API spellings "OnCommit", "Periodic" and "None" are accepted too.
-func ParseFsyncMode(s string) (FsyncMode, error) {
-	switch s {
-	case "on-commit", "OnCommit":
-		return FsyncOnCommit, nil
-	case "periodic", "Periodic":
-		return FsyncPeriodic, nil
-	case "none", "None":
-		return FsyncNone, nil
-	default:
-		return 0, fmt.Errorf("%w: %q (want on-commit, periodic or none)", ErrBadFsyncMode, s)
-	}
-}
 
 // Metrics receives the store's measurements. The server implements it with
 // prometheus; a nil Metrics in Options means no measurements. Methods are

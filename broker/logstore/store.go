@@ -53,6 +53,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("logstore: Options.Dir is required")
 	}
+	if opts.Fsync == 0 {
+		opts.Fsync = FsyncOnCommit // the documented zero value
+	}
 	switch opts.Fsync {
 	case FsyncOnCommit, FsyncPeriodic, FsyncNone:
 	default:

@@ -100,9 +100,9 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { _ = httpSrv.Serve(cfg.HTTP) }()
 	defer func() { _ = httpSrv.Close() }()
 
-	dirMode, err := datadir.ParseFsyncMode(cfg.Fsync.String())
-	if err != nil {
-		return err
+	dirMode := cfg.Fsync
+	if dirMode == 0 {
+		dirMode = logstore.FsyncOnCommit
 	}
 	// Step 1 [ID-1] [ID-3]: local facts.
 	dir, err := datadir.Open(cfg.DataDir, datadir.Options{Fsync: dirMode, BootIDPath: cfg.BootIDPath, Logger: log.WithName("datadir")})

@@ -117,10 +117,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	dirMode, err := datadir.ParseFsyncMode(mode.String())
-	if err != nil {
-		return err
-	}
+	dirMode := mode
 	var tlsConf *tls.Config
 	if f.tlsCert != "" || f.tlsKey != "" {
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
