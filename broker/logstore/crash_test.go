@@ -25,7 +25,8 @@ import (
 // The next child opens the store, verifies every stored record (dense
 // offsets, checksums, self-checking payloads) and reports the tail; the
 // parent checks that no acknowledged append was lost. FELIX_CRASH_ROUNDS
-// sets the rounds per mode (default 50), FELIX_CRASH_SEED the seed.
+// sets the rounds per mode (default 50), FELIX_CRASH_SEED the seed, and
+// FELIX_CRASH_VALUE_THRESHOLD the children's Options.ValueThreshold.
 
 const (
 	envCrashChild = "FELIX_LOGSTORE_CRASH_CHILD"
@@ -99,7 +100,8 @@ func TestCrashChild(t *testing.T) {
 		fmt.Printf("bad mode %v\n", err)
 		os.Exit(3)
 	}
-	s, err := Open(Options{Dir: os.Getenv(envCrashDir), Fsync: mode, FsyncInterval: 20 * time.Millisecond, SegmentRecords: 1000, AutoCommit: true})
+	vt, _ := strconv.ParseInt(os.Getenv("FELIX_CRASH_VALUE_THRESHOLD"), 10, 64)
+	s, err := Open(Options{Dir: os.Getenv(envCrashDir), Fsync: mode, FsyncInterval: 20 * time.Millisecond, SegmentRecords: 1000, AutoCommit: true, ValueThreshold: vt})
 	if err != nil {
 		fmt.Printf("bad open %v\n", err)
 		os.Exit(3)

@@ -14,4 +14,12 @@
 // appends waiting at that moment into one badger transaction, and, under
 // FsyncOnCommit, a syncer goroutine that makes one DB.Sync cover every append
 // committed before it started (group commit). See docs/durable-storage.md.
+//
+// Batches of at least Options.ValueThreshold bytes (by default badger's
+// 1 MiB) live in badger's value log, a file separate from its tree. A
+// machine crash can keep a pointer whose value did not reach the disk;
+// opening finds such batches from a per-log marker and drops them with
+// every later batch, or restores an older copy of a rewritten batch, so a
+// log always restarts at a prefix (Log.repairLost). Store.CollectValueLog
+// reclaims the value log's space with the same care.
 package logstore

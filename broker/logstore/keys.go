@@ -15,6 +15,8 @@ import (
 //	'd' | log number u32 | segment u64 | first offset u64         -> batch
 //	't' | log number u32 | trim offset u64                       -> trim index entry
 //	'x' | log number u32                                         -> trim index marker
+//	'v' | log number u32                                         -> last value-log batch
+//	'g'                                                          -> value-log GC under way
 //
 // A log number is a small integer the catalog assigns at creation, so data
 // keys stay short. A batch never straddles a segment: the writer splits an
@@ -26,6 +28,8 @@ const (
 	prefixData     = 'd'
 	prefixTrim     = 't'
 	prefixTrimMark = 'x'
+	prefixVlogMark = 'v'
+	prefixGCMark   = 'g'
 )
 
 const dataKeyLen = 1 + 4 + 8 + 8
@@ -92,3 +96,13 @@ func parseTrimKey(k []byte) (uint64, error) {
 }
 
 func trimMarkKey(num uint32) []byte { return logPrefix(prefixTrimMark, num) }
+
+// vlogMarkKey holds the first offset of the log's newest batch that badger
+// keeps in its value log (see Log.repairLost). Directories written before it
+// existed have none, and older versions ignore it.
+func vlogMarkKey(num uint32) []byte { return logPrefix(prefixVlogMark, num) }
+
+// gcMarkKey exists while value-log garbage collection runs (Store.CollectValueLog):
+// found on open, it says a crash interrupted one, and every batch of every
+// log is checked (Log.repairLost).
+func gcMarkKey() []byte { return []byte{prefixGCMark} }

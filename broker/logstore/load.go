@@ -12,8 +12,12 @@ import (
 
 // load derives the log's state from what is stored: the first and last
 // batch give start and tail, the trim index (validated, or rebuilt by a
-// scan [TR-5]) and the committed mark give the floor.
+// scan [TR-5]) and the committed mark give the floor. Batches whose values
+// a crash lost are repaired first (repairLost).
 func (l *Log) load() error {
+	if err := l.repairLost(l.s.gcInterrupted); err != nil {
+		return err
+	}
 	err := l.s.db.View(func(txn *badger.Txn) error {
 		prefix := logPrefix(prefixData, l.num)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
@@ -76,6 +80,160 @@ func (l *Log) load() error {
 	l.trims = trims
 	l.recomputeFloorLocked()
 	return nil
+}
+
+// repairLost repairs the end of the log after a crash that lost values
+// badger keeps in its value log, so the log restarts at the prefix that
+// reached the disk, as the fsync modes promise.
+//
+// badger keeps a value of at least its value threshold in its value log
+// and only a pointer in its tree (Options.ValueThreshold; by default only
+// batches of 1 MiB or more). The tree's write-ahead log and the value log
+// are separate files, so after a machine crash the tree may point past the
+// end of a value log that did not reach the disk; badger then reads the
+// value as empty (it logs the error and returns no value). Smaller values
+// live in the tree itself, so a batch after a lost one can survive.
+//
+// badger writes transactions to the value log in commit order, one
+// transaction's entries together (in no particular order among
+// themselves), so once a value-log batch reads back, every batch of an
+// older transaction (lower version) did too. The walk starts at the log's
+// newest value-log batch, named by the marker written in the same
+// transaction (vlogMarkKey), and goes back until it passes the transaction
+// of the first value-log batch that reads; on a clean store it reads one or
+// a few values. A lost value whose older version still reads (a batch
+// rewritten by a truncation that did not complete, or moved by value-log
+// garbage collection) is restored from it; the oldest lost value without
+// one cuts the log there: it and every later batch are dropped. A value
+// that reads but fails its checksum is corruption, left for load to
+// refuse. full walks the whole log (after a crash during value-log garbage
+// collection, which rewrites values anywhere in the log).
+func (l *Log) repairLost(full bool) error {
+	var cut []byte // the oldest batch whose value was lost for good
+	var restore []kv
+	err := l.s.db.View(func(txn *badger.Txn) error {
+		prefix := logPrefix(prefixData, l.num)
+		seek := append(append([]byte(nil), prefix...), bytes.Repeat([]byte{0xff}, 16)...)
+		if !full {
+			item, err := txn.Get(vlogMarkKey(l.num))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				return nil // no batch ever went to the value log
+			}
+			if err != nil {
+				return err
+			}
+			mv, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if newest, err := decodeVlogMark(mv); err == nil && newest >= l.base {
+				seek = dataKey(l.num, l.segment(newest), newest)
+			} // else: walk from the tail
+		}
+		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true, PrefetchValues: false})
+		defer rit.Close()
+		var stop uint64 // version of the newest value-log batch that read back
+		for rit.Seek(seek); rit.Valid(); rit.Next() {
+			item := rit.Item()
+			if !full && stop != 0 && item.Version() < stop {
+				return nil
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			switch {
+			case len(v) == 0 && item.ValueSize() > 0:
+				k := item.KeyCopy(nil)
+				old, err := olderValue(txn, k, item.Version())
+				if err != nil {
+					return err
+				}
+				if old != nil {
+					restore = append(restore, kv{k, old})
+				} else {
+					cut = k
+				}
+			case stop == 0 && int64(len(v)) >= l.s.vlogThreshold:
+				stop = item.Version()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logstore: load %s: check value log: %w", l.id, err)
+	}
+	if cut == nil && len(restore) == 0 {
+		return nil
+	}
+	var drop [][]byte
+	if cut != nil {
+		err = l.s.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(prefixData, l.num), PrefetchValues: false})
+			defer it.Close()
+			for it.Seek(cut); it.Valid(); it.Next() {
+				drop = append(drop, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("logstore: load %s: %w", l.id, err)
+		}
+		_, from, _ := parseDataKey(cut)
+		l.s.log.Info("dropping batches whose values did not reach the disk before a crash",
+			"log", l.id.String(), "from", from, "batches", len(drop))
+	}
+	if len(restore) > 0 {
+		l.s.log.Info("restoring batches from their previous copies: a rewrite did not reach the disk before a crash",
+			"log", l.id.String(), "batches", len(restore))
+	}
+	// Newest first, so a crash part way leaves a prefix.
+	err = l.applyInOrder(func(add func(k, v []byte, del bool) error) error {
+		for i := len(drop) - 1; i >= 0; i-- {
+			if err := add(drop[i], nil, true); err != nil {
+				return err
+			}
+		}
+		for _, e := range restore {
+			if cut == nil || string(e.k) < string(cut) {
+				if err := add(e.k, e.v, false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = l.s.sync()
+	}
+	if err != nil {
+		return fmt.Errorf("logstore: load %s: repair lost batches: %w", l.id, err)
+	}
+	return nil
+}
+
+// olderValue returns the newest readable value of key older than version,
+// or nil if there is none (or the key was deleted before it).
+func olderValue(txn *badger.Txn, key []byte, version uint64) ([]byte, error) {
+	it := txn.NewKeyIterator(key, badger.IteratorOptions{AllVersions: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		if item.Version() >= version {
+			continue
+		}
+		if item.IsDeletedOrExpired() {
+			return nil, nil
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) > 0 {
+			return v, nil
+		}
+	}
+	return nil, nil
 }
 
 // readTrimIndex reads the trim index and says whether it is complete:

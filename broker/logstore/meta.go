@@ -151,6 +151,11 @@ func decodeTrimEntry(v []byte) (trimEntry, error) {
 // missing marker or a different count means the index is incomplete.
 func encodeTrimMark(count uint64) []byte { return sealFrame(binary.AppendUvarint(nil, count)) }
 
+// The value-log marker holds one offset, framed like the trim index marker.
+func encodeVlogMark(off uint64) []byte { return encodeTrimMark(off) }
+
+func decodeVlogMark(v []byte) (uint64, error) { return decodeTrimMark(v) }
+
 func decodeTrimMark(v []byte) (uint64, error) {
 	body, err := openFrame(v)
 	if err != nil {

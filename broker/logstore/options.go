@@ -3,6 +3,7 @@ package logstore
 import (
 	"time"
 
+	badger "github.com/dgraph-io/badger/v4"
 	"github.com/go-logr/logr"
 
 	"felix.dev/felix/broker/record"
@@ -53,6 +54,14 @@ type Metrics interface {
 }
 
 // Options configures Open. Zero values take the documented defaults.
+// BrokerValueThreshold is the ValueThreshold brokers open their stores
+// with: every batch of 1 KiB or more is written once, to badger's value
+// log, instead of through the tree's write-ahead log, memtable, level-0
+// table and compactions. It multiplied the store's throughput by 2 to 6 in
+// docs/performance.md ("Issue 5"); the price is value-log garbage
+// collection (Store.CollectValueLog) after segments are deleted.
+const BrokerValueThreshold int64 = 1 << 10
+
 type Options struct {
 	// Dir is the badger directory. Required.
 	Dir string
@@ -96,6 +105,10 @@ type Options struct {
 	ValueThreshold int64
 	// BadgerLogging passes badger's own log lines to Logger at V(1).
 	BadgerLogging bool
+
+	// tune, if set, adjusts badger's options last (benchmarks compare
+	// settings with it).
+	tune func(*badger.Options)
 }
 
 func (o Options) withDefaults() Options {

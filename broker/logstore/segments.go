@@ -24,11 +24,12 @@ func (l *Log) DeleteBelowFloor(ctx context.Context) (DeleteResult, error) {
 	l.s.wmu.Lock()
 	defer l.s.wmu.Unlock()
 	l.mu.Lock()
-	floor, start, next := l.floor, l.start, l.next
+	floor, start, next, committed := l.floor, l.start, l.next, l.committed
 	l.mu.Unlock()
-	// The highest segment boundary at or below the floor, but not above
-	// the active segment's start.
-	boundary := l.segmentStart(l.segment(floor))
+	// The highest segment boundary at or below the floor (which committed
+	// trims set, so it is at or below the committed mark; min says so
+	// anyway), but not above the active segment's start.
+	boundary := l.segmentStart(l.segment(min(floor, committed)))
 	if active := l.segmentStart(l.segment(next)); boundary > active {
 		boundary = active
 	}
@@ -41,8 +42,11 @@ func (l *Log) DeleteBelowFloor(ctx context.Context) (DeleteResult, error) {
 // ApplyRetention deletes the oldest whole segments, never the active one,
 // while the log's retention policy asks for it: the segment's newest record
 // (by timestamp of its last batch) is older than MaxAge, or the log's
-// stored bytes exceed MaxBytes [TR-7]. A fenced log refuses with
-// ErrRetentionOnFencedStream. With retention off it deletes nothing.
+// stored bytes exceed MaxBytes [TR-7]. It never deletes an uncommitted
+// record: only segments entirely below the committed mark go, whatever the
+// policy says (so MaxBytes may be exceeded while the mark lags). A fenced
+// log refuses with ErrRetentionOnFencedStream. With retention off it
+// deletes nothing.
 func (l *Log) ApplyRetention(ctx context.Context) (DeleteResult, error) {
 	if err := l.s.enter(); err != nil {
 		return DeleteResult{}, err
@@ -51,7 +55,7 @@ func (l *Log) ApplyRetention(ctx context.Context) (DeleteResult, error) {
 	l.s.wmu.Lock()
 	defer l.s.wmu.Unlock()
 	l.mu.Lock()
-	p, fenced, start, next := l.retention, l.fenced, l.start, l.next
+	p, fenced, start, next, committed := l.retention, l.fenced, l.start, l.next, l.committed
 	l.mu.Unlock()
 	if !p.Enabled() {
 		return DeleteResult{Start: start}, nil
@@ -68,10 +72,13 @@ func (l *Log) ApplyRetention(ctx context.Context) (DeleteResult, error) {
 		total += st.bytes
 	}
 	cutoff := l.s.opts.Now().Add(-p.MaxAge).UnixNano()
-	active := l.segment(next)
+	// Segments below limit hold only committed records (the committed mark
+	// is at most the tail, so limit is never past the active segment; min
+	// says so anyway).
+	limit := min(l.segment(next), l.segment(committed))
 	boundary := start
 	for _, st := range segs {
-		if st.seg >= active {
+		if st.seg >= limit {
 			break
 		}
 		old := p.MaxAge > 0 && st.newest < cutoff
@@ -252,20 +259,59 @@ func (s *Store) Maintain(ctx context.Context) (DeleteResult, error) {
 		}
 	}
 	if s.opts.ValueThreshold > 0 {
-		if err := s.valueLogGC(ctx); err != nil {
+		if err := s.CollectValueLog(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return total, errors.Join(errs...)
 }
 
-// valueLogGC rewrites value log files that are mostly garbage, until badger
-// finds none (a bounded number of rounds).
-func (s *Store) valueLogGC(ctx context.Context) error {
+// CollectValueLog rewrites value log files that are mostly garbage, until
+// badger finds none (a bounded number of rounds), so the space of deleted
+// batches kept in badger's value log comes back. Batches of at least the
+// value threshold live there (Options.ValueThreshold; by default only
+// batches of 1 MiB or more); smaller ones come back through badger's
+// compactions alone. Maintain calls it when Options.ValueThreshold is set;
+// a caller that deletes segments through Log.DeleteBelowFloor and
+// Log.ApplyRetention directly should call it after them.
+//
+// badger moves the live values of such a file to the head of its value log
+// and then deletes the file, without a sync in between: a machine crash
+// could keep the moved pointers and lose the moved values, with the old
+// file gone. So: a marker (gcMarkKey) is written and synced first; an
+// iterator is held open while badger runs, which makes badger defer deleting
+// the rewritten files until no iterator is open; the store syncs, and only
+// then releases the iterator (the files go) and removes the marker. A crash
+// before that leaves the marker, and the next open checks every batch and
+// restores any whose moved value was lost from its old copy, still on disk
+// (Log.repairLost).
+func (s *Store) CollectValueLog(ctx context.Context) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.leave()
+	err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(gcMarkKey(), sealFrame(nil)) })
+	if err == nil {
+		err = s.sync()
+	}
+	if err != nil {
+		return fmt.Errorf("logstore: value log gc: marker: %w", err)
+	}
+	hold := s.db.NewTransaction(false)
+	it := hold.NewIterator(badger.IteratorOptions{Prefix: gcMarkKey(), PrefetchValues: false})
+	defer func() {
+		if serr := s.sync(); serr != nil {
+			serr = fmt.Errorf("logstore: value log gc: sync: %w", serr)
+			s.fail(serr) // the moved values may not be durable: keep the files
+			err = errors.Join(err, serr)
+			return
+		}
+		it.Close() // badger deletes the rewritten files now
+		hold.Discard()
+		if derr := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(gcMarkKey()) }); derr != nil {
+			err = errors.Join(err, fmt.Errorf("logstore: value log gc: clear marker: %w", derr))
+		}
+	}()
 	for i := 0; i < 16 && ctx.Err() == nil; i++ {
 		err := s.db.RunValueLogGC(0.5)
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {

@@ -279,3 +279,44 @@ func TestValueThresholdKeepsTheLogContract(t *testing.T) {
 		t.Fatalf("read from the floor: %v", payloads(got))
 	}
 }
+
+// Retention deletes only segments entirely below the committed mark, however
+// old or large the log is [TR-7].
+func TestTR7_RetentionNeverDeletesUncommittedRecords(t *testing.T) {
+	for _, tc := range []struct {
+		committed uint64
+		wantStart uint64
+	}{
+		{0, 0},   // nothing committed
+		{3, 0},   // segment 0 only partly committed
+		{4, 4},   // segment 0 exactly committed
+		{9, 8},   // segments 0 and 1
+		{14, 12}, // all committed: the active segment still stays
+	} {
+		for _, p := range []RetentionPolicy{{MaxBytes: 1}, {MaxAge: time.Nanosecond}} {
+			t.Run(fmt.Sprintf("committed=%d/%+v", tc.committed, p), func(t *testing.T) {
+				now := time.Unix(1_000_000, 0)
+				s := openTest(t, Options{SegmentRecords: 4, Now: func() time.Time { return now }})
+				l := mustLog(t, s, testLog)
+				fill(t, l, 14, "0123456789-")
+				if err := l.SetCommitted(tc.committed); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.SetRetention(p); err != nil {
+					t.Fatal(err)
+				}
+				now = now.Add(time.Hour)
+				res, err := l.ApplyRetention(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Start != tc.wantStart || l.Describe().Start != tc.wantStart {
+					t.Fatalf("start %d (%+v), want %d", l.Describe().Start, res, tc.wantStart)
+				}
+				if got := readAll(t, l, FromEarliest, true); uint64(len(got)) != 14-tc.wantStart {
+					t.Fatalf("%d records left", len(got))
+				}
+			})
+		}
+	}
+}

@@ -44,6 +44,13 @@ type Store struct {
 	failed error // a failed DB.Sync: every later write is refused
 
 	cl *commitLog // FsyncOnCommit only; see commitlog.go
+
+	// vlogThreshold is badger's value threshold in effect: values of at
+	// least this many bytes go to its value log.
+	vlogThreshold int64
+	// gcInterrupted: a crash interrupted value-log garbage collection, so
+	// opening checks every batch (Log.repairLost).
+	gcInterrupted bool
 }
 
 // Open opens (or creates) the store in opts.Dir, loads every log's state
@@ -75,6 +82,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.BadgerLogging {
 		bo = bo.WithLogger(badgerLogger{opts.Logger.WithName("badger")})
 	}
+	if opts.tune != nil {
+		opts.tune(&bo)
+	}
 	if err := removeEmptyLogFiles(opts.Dir, opts.Logger); err != nil {
 		return nil, err
 	}
@@ -99,10 +109,30 @@ func Open(opts Options) (*Store, error) {
 		done:  make(chan struct{}),
 		reqs:  make(chan *writeReq, 1024),
 		syncQ: make(chan syncGroup, 1024),
+
+		vlogThreshold: bo.ValueThreshold,
+	}
+	if s.gcInterrupted, err = hasKey(db, gcMarkKey()); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if s.gcInterrupted {
+		s.log.Info("value-log garbage collection was interrupted by a crash: checking every stored batch")
 	}
 	if err := s.loadCatalog(); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	if s.gcInterrupted {
+		err := db.Update(func(txn *badger.Txn) error { return txn.Delete(gcMarkKey()) })
+		if err == nil {
+			err = db.Sync()
+		}
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("logstore: clear the value-log GC marker: %w", err)
+		}
+		s.gcInterrupted = false
 	}
 	if opts.Fsync == FsyncOnCommit {
 		if s.cl, err = openCommitLog(clDir, clSeq); err != nil {
@@ -350,6 +380,21 @@ func (s *Store) checkpointLocked() error {
 		s.fail(err)
 	}
 	return err
+}
+
+// hasKey reports whether key exists in db.
+func hasKey(db *badger.DB, key []byte) (bool, error) {
+	err := db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(key)
+		return err
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("logstore: read %q: %w", key, err)
 }
 
 // badgerLogger routes badger's logging to logr at V(1).

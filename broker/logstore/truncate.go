@@ -207,3 +207,106 @@ func (l *Log) StartAt(off uint64) error {
 	l.mu.Unlock()
 	return l.persistMeta(true)
 }
+
+// ResetAt drops every record the log stores, whatever the committed mark,
+// and makes it an empty log beginning at off: Start == Tail == Durable ==
+// off, Committed = max(old Committed, off) (the mark never moves back). A
+// follower uses it when the leader's first stored offset is above anything
+// the follower can match (the leader deleted the segments in between), so
+// the follower copies the leader from there.
+//
+// The trim index is emptied with the records (its entries describe records
+// that are gone), so the floor is what the stored state implies: Base, or
+// the floor of the trims later copied and committed. The readable start,
+// max(Floor, Start), is therefore at least off, and a read below off is
+// refused with *record.CursorTooOldError (without a trim tag: the trim that
+// set an older floor is gone), as after a segment deletion. off below the
+// log's Base, or a reserved offset, is refused with an error wrapping
+// ErrBadRecord.
+//
+// Durability, in every fsync mode: the commit log is checkpointed first and
+// the deletions are synced before ResetAt returns, so a crash after it
+// returns never brings back a dropped record. A crash part way leaves
+// either the old log or a dense suffix of it (deletion runs oldest first),
+// never a hole. Appends to the log that are in flight when it runs are
+// acknowledged but do not advance the durable tail (as for TruncateFrom).
+// Wait and WaitCommitted callers are woken.
+func (l *Log) ResetAt(off uint64) error {
+	if off < l.base || off >= FromEarliest {
+		return fmt.Errorf("logstore: reset %s at %d: base is %d: %w", l.id, off, l.base, ErrBadRecord)
+	}
+	if err := l.s.enter(); err != nil {
+		return err
+	}
+	defer l.s.leave()
+	l.s.wmu.Lock()
+	defer l.s.wmu.Unlock()
+	if err := l.s.failure(); err != nil {
+		return fmt.Errorf("logstore: reset %s: store failed earlier: %w", l.id, err)
+	}
+	// No commit log replay may bring back what this removes.
+	if err := l.s.checkpointLocked(); err != nil {
+		return err
+	}
+	var data, trims [][]byte
+	err := l.s.db.View(func(txn *badger.Txn) error {
+		for _, p := range []struct {
+			prefix byte
+			keys   *[][]byte
+		}{{prefixData, &data}, {prefixTrim, &trims}} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(p.prefix, l.num)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				*p.keys = append(*p.keys, it.Item().KeyCopy(nil))
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logstore: reset %s: %w", l.id, err)
+	}
+	// State first, then the badger changes (see read).
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	l.mu.Lock()
+	oldStart, oldNext := l.start, l.next
+	l.start, l.next, l.durable = off, off, off
+	l.committed = max(l.committed, off)
+	l.trims = nil
+	l.lastEpoch = 0
+	l.gen++
+	// The floor is derived from committed trims; none is stored any more.
+	l.floor, l.floorTrim = l.base, nil
+	meta := l.metaLocked()
+	l.wakeLocked()
+	l.mu.Unlock()
+
+	err = l.applyInOrder(func(add func(k, v []byte, del bool) error) error {
+		// Oldest first: a crash part way leaves a dense suffix, and load
+		// takes the first stored key as the start. The meta goes last.
+		for _, k := range data {
+			if err := add(k, nil, true); err != nil {
+				return err
+			}
+		}
+		for _, k := range trims {
+			if err := add(k, nil, true); err != nil {
+				return err
+			}
+		}
+		if err := add(trimMarkKey(l.num), encodeTrimMark(0), false); err != nil {
+			return err
+		}
+		return add(catalogKey(l.id), encodeMeta(meta), false)
+	})
+	if err == nil {
+		err = l.s.sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("logstore: reset %s at %d: %w", l.id, off, err)
+		l.s.fail(err)
+		return err
+	}
+	l.s.log.V(1).Info("reset log", "log", l.id.String(), "at", off, "droppedFrom", oldStart, "droppedTo", oldNext, "batches", len(data))
+	return nil
+}

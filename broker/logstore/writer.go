@@ -113,6 +113,8 @@ type pendLog struct {
 	trims     []trimEntry
 	lastEpoch uint64
 	epochSet  bool
+	vlogFirst uint64 // first offset of the newest batch going to the value log
+	vlogSet   bool
 }
 
 type txnBuild struct {
@@ -261,6 +263,10 @@ func (b *txnBuild) add(r *writeReq, p *pendLog, kvs []kv) error {
 			return fmt.Errorf("logstore: write to %s: %w", r.log.id, err)
 		}
 		r.bytes += len(e.v)
+		if int64(len(e.v)) >= b.s.vlogThreshold && e.k[0] == prefixData {
+			_, first, _ := parseDataKey(e.k)
+			p.vlogFirst, p.vlogSet = first, true
+		}
 		if b.s.cl != nil {
 			b.frame = append(b.frame, frameEntry{op: opSet, k: e.k, v: e.v})
 		}
@@ -303,6 +309,21 @@ func (b *txnBuild) commit() {
 		b.txn.Discard()
 		return
 	}
+	// The value-log marker lands in the same transaction as the batch it
+	// names, so after a crash it is never behind the stored batches.
+	for l, p := range b.pend {
+		if !p.vlogSet {
+			continue
+		}
+		k, v := vlogMarkKey(l.num), encodeVlogMark(p.vlogFirst)
+		if err := b.txn.Set(k, v); err != nil {
+			b.abort(fmt.Errorf("logstore: write to %s: %w", l.id, err))
+			return
+		}
+		if b.s.cl != nil {
+			b.frame = append(b.frame, frameEntry{op: opSet, k: k, v: v})
+		}
+	}
 	if err := b.txn.Commit(); err != nil {
 		b.abort(fmt.Errorf("logstore: commit: %w", err))
 		return
@@ -312,6 +333,13 @@ func (b *txnBuild) commit() {
 		l.next = p.next
 		if len(p.trims) > 0 {
 			l.trims = append(l.trims, p.trims...)
+			// Only after ResetAt below the committed mark can a trim land
+			// below it; it is committed as it lands.
+			for i := range p.trims {
+				if t := p.trims[i]; t.Offset < l.committed && t.Floor > l.floor {
+					l.floor, l.floorTrim = t.Floor, &t
+				}
+			}
 		}
 		if p.epochSet {
 			l.lastEpoch = p.lastEpoch
