@@ -46,7 +46,11 @@ func FrameType(t replication.MsgType) wire.MsgType {
 // follower; answers go the other way over the same connection.
 func IsRequest(t replication.MsgType) bool { return FrameType(t) == wire.MsgShip }
 
-// Encode returns the frame carrying m for shard. m.Conn is not encoded: it
+// Encode returns the frame carrying m for shard. An Append carries its
+// Base (the leader's log start, set only when it equals Index) as an
+// optional trailing u64, written only when non-zero: every other Append is
+// the version-1 layout unchanged, so older brokers keep decoding it. An
+// Append whose Base is neither 0 nor its Index is refused (ErrMalformed). m.Conn is not encoded: it
 // names a connection of the receiving side, which sets it on arrival.
 func Encode(shard record.ShardID, m replication.Message) (wire.Frame, error) {
 	b, err := AppendFrame(nil, shard, m)
@@ -82,11 +86,20 @@ func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byt
 	e.u8(uint8(m.Log))
 	switch m.Type {
 	case replication.MsgAppend:
+		if m.Base != 0 && m.Base != m.Index {
+			return nil, fmt.Errorf("%w: append base %d is not its index %d", ErrMalformed, m.Base, m.Index)
+		}
 		e.u64(m.Index)
 		e.u64(m.PrevEpoch)
 		e.u64(m.Commit)
 		if err := e.records(m.Records); err != nil {
 			return nil, err
+		}
+		if m.Base != 0 {
+			// Optional trailing field: the leader's log starts at Index.
+			// Absent in every other Append, so those stay byte for byte
+			// what older brokers send and accept.
+			e.u64(m.Base)
 		}
 	case replication.MsgAppendResp:
 		if m.Match {
@@ -159,6 +172,12 @@ func Decode(f wire.Frame) (record.ShardID, replication.Message, error) {
 		m.PrevEpoch = d.U64("prev epoch")
 		m.Commit = d.U64("commit")
 		m.Records = d.records()
+		if d.Err == nil && d.Off < len(d.B) {
+			m.Base = d.U64("base")
+			if d.Err == nil && (m.Base == 0 || m.Base != m.Index) {
+				d.Fail("append base %d with index %d", m.Base, m.Index)
+			}
+		}
 	case replication.MsgAppendResp:
 		switch d.U8("match") {
 		case 1:

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -50,6 +51,11 @@ func sampleMessages() []replication.Message {
 			m.Type, m.Index, m.PrevEpoch, m.Base, m.Tail, m.Records = replication.MsgFetchResp, 10, 1, 0, 13, recs
 		}),
 		with(func(m *replication.Message) { m.Type = replication.MsgRefuse }),
+		// An Append at the leader's log start (catch-up from the leader's
+		// start): the only Append that carries Base.
+		with(func(m *replication.Message) {
+			m.Type, m.Index, m.Base, m.Commit, m.Records = replication.MsgAppend, 10, 10, 12, recs
+		}),
 	}
 }
 
@@ -145,4 +151,36 @@ func mustBody(t *testing.T, m replication.Message) []byte {
 		t.Fatal(err)
 	}
 	return f.Body
+}
+
+// An Append without Base is byte for byte the version-1 layout older
+// brokers send and accept; Base travels as an optional trailing field only
+// when the Append starts at the leader's log start.
+func TestCodecAppendBaseIsOptionalTrailingField(t *testing.T) {
+	withBase := sampleMessages()[9]
+	without := withBase
+	without.Base = 0
+	a, b := mustBody(t, without), mustBody(t, withBase)
+	if len(b) != len(a)+8 || string(b[:len(a)]) != string(a) {
+		t.Fatalf("base is not a trailing u64: %d vs %d bytes", len(a), len(b))
+	}
+	_, got, err := Decode(wire.Frame{Type: wire.MsgShip, Body: a})
+	if err != nil || got.Base != 0 {
+		t.Fatalf("frame without base: base %d, err %v", got.Base, err)
+	}
+	// The encoder refuses a Base that is not the Index (the core never
+	// sets one), so every encodable Append round-trips.
+	bad := withBase
+	bad.Base = 3
+	if _, err := Encode(codecShard, bad); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("encode base != index: err %v, want ErrMalformed", err)
+	}
+	for name, base := range map[string]uint64{"zero": 0, "not the index": 11} {
+		t.Run(name, func(t *testing.T) {
+			body := binary.BigEndian.AppendUint64(append([]byte(nil), a...), base)
+			if _, _, err := Decode(wire.Frame{Type: wire.MsgShip, Body: body}); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("trailing base %d: err %v, want ErrMalformed", base, err)
+			}
+		})
+	}
 }

@@ -11,7 +11,11 @@
 // and a changed id resetting every log's cursor [RP-3], passes that always
 // ask the follower [RP-4], a quorum mark that counts only followers
 // answered this pass over a connection presenting the cursor's id [RP-5],
-// reports [RP-6], the epoch check and the fence.
+// reports [RP-6], the epoch check and the fence (never at an epoch at or
+// below a log's last epoch: Status.EpochBehindLog). A follower whose log
+// ends below the leader's first stored offset resets its log there
+// (WriteReset) when the leader vouches the offsets below are committed;
+// see docs/replication-design.md, "Catch-up from the leader's start".
 //
 // # State it keeps
 //
@@ -40,11 +44,13 @@
 //			r.Connected(ev.Peer, ev.Conn, ev.ID) // or Disconnected / LookupFailed
 //		case a := <-assignments:    // FelixShard status.assignment
 //			r.Assign(a)
+//		case c := <-compactions:    // segments below the committed floor deleted
+//			r.Compacted(c.Log, c.Start)
 //		}
 //		if r.HasReady() {
 //			rd := r.Ready()
 //			send(rd.Messages)          // may go before the writes are durable
-//			persist(rd.Writes)         // in order, durably per the fsync mode
+//			persist(rd.Writes)         // in order, durably per the fsync mode; WriteReset = ResetAt
 //			publish(rd.Commits)        // readers of Quorum/All streams
 //			complete(rd.Acks)          // client acknowledgements
 //			if rd.Report != nil {

@@ -33,15 +33,54 @@ func (r *Replica) stepRequest(m Message) {
 // onAppend checks the previous record, truncates a divergent suffix,
 // appends, and answers with the follower's true position once the records
 // are persisted.
+//
+// Catch-up from the leader's start. An Append with Index == Base comes
+// from a leader that holds no record before Index (its log starts there:
+// everything below was deleted under its committed floor), so there is no
+// PrevEpoch to check. The follower accepts it without change when Index
+// is its own base, or when it holds the record at Index at the epoch of
+// the first shipped record (same offset and epoch means the same prefix,
+// by log matching). Otherwise, if Index is above its own base and the
+// leader vouches Index <= Commit, it resets its log to start empty at
+// Index (WriteReset), then appends the shipped records (there must be
+// some) as usual. That is safe:
+//
+//   - every record it drops below Index is below the leader's committed
+//     position, and the leader's log starts at Index only because records
+//     below it were deleted under a committed floor, so they are trimmed
+//     for the whole shard (and a follower record there that differed from
+//     the committed one was divergent anyway);
+//   - every record it drops at or above Index is absent from the leader's
+//     log or differs from it at Index (it held Index at another epoch, or
+//     the leader's log ends at Index), so by log matching none of them is
+//     in the leader's log, which holds every committed record: none is
+//     committed, none was counted for an acknowledgement;
+//   - its committed position moves up to Index (every offset below is
+//     committed), never back.
+//
+// An Append that fails these conditions (Index above Commit, or no Base)
+// is refused with mismatch as before, never reset for.
 func (r *Replica) onAppend(m Message) {
 	l := m.Log
 	v := &r.logs[l]
+	fromStart := m.Base == m.Index && m.Index > v.base
 	prevOK := m.Index == v.base
 	if m.Index > v.base && m.Index <= v.tail {
-		e, _ := v.epochAt(m.Index - 1)
-		prevOK = e == m.PrevEpoch
+		if !fromStart || m.PrevEpoch != 0 {
+			prevOK = v.prevEpoch(m.Index) == m.PrevEpoch
+		}
+		if !prevOK && fromStart && len(m.Records) > 0 && m.Index < v.tail {
+			// No previous record to compare: the first shipped record
+			// decides, since we hold its offset.
+			e, _ := v.epochAt(m.Index)
+			prevOK = e == m.Records[0].Epoch
+		}
 	}
-	if !prevOK {
+	// A reset needs records to append at once, so the log it leaves is
+	// never empty for longer than one Ready (an empty log's last epoch is
+	// not known after a restart).
+	reset := !prevOK && fromStart && m.Index <= m.Commit && len(m.Records) > 0
+	if !prevOK && !reset {
 		pos := v.position()
 		r.send(Message{Type: MsgAppendResp, To: m.From, Conn: m.Conn, Epoch: r.epoch, Pass: m.Pass, Log: l,
 			Match: false, Base: pos.Base, Tail: pos.Tail, Epochs: pos.Epochs})
@@ -49,6 +88,9 @@ func (r *Replica) onAppend(m Message) {
 	}
 	if !validRun(m.Records, m.Index, m.PrevEpoch, m.Epoch) {
 		return // malformed; no answer
+	}
+	if reset {
+		r.resetLocal(l, m.Index, m.PrevEpoch)
 	}
 	i := 0
 	for i < len(m.Records) && m.Records[i].Offset < v.tail {
@@ -118,9 +160,7 @@ func (r *Replica) onFetch(m Message) {
 	resp := Message{Type: MsgFetchResp, To: m.From, Conn: m.Conn, Epoch: r.epoch, Pass: m.Pass, Log: l,
 		Index: m.Index, Base: v.base, Tail: v.stable}
 	if m.Index >= v.base && m.Index <= v.stable {
-		if m.Index > v.base {
-			resp.PrevEpoch, _ = v.epochAt(m.Index - 1)
-		}
+		resp.PrevEpoch = v.prevEpoch(m.Index)
 		max := m.Max
 		if max <= 0 || max > r.cfg.MaxBatch {
 			max = r.cfg.MaxBatch

@@ -15,6 +15,7 @@ func FuzzStep(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 2, 0, 1, 5, 1})
 	f.Add([]byte{2, 1, 0, 1, 9, 9, 9, 9, 9, 9, 9, 9, 3, 4, 5})
 	f.Add([]byte{3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7, 4})
+	f.Add([]byte{0, 0, 1, 1, 0, 9, 4, 12, 1, 1}) // an Append at the leader's start: a reset
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := started(t, []string{"a", "b", "c"}, "a", 2, Rules{})
 		before := map[NodeID][numLogs]uint64{}
@@ -36,6 +37,9 @@ func FuzzStep(f *testing.F) {
 			m.MatchEnd = uint64(data[7] % 32)
 			m.Match = data[7]&1 == 0
 			m.Tail = uint64(data[5] % 32)
+			if data[6]&4 != 0 {
+				m.Base = m.Index // an Append at the leader's start; a Resp's base
+			}
 			data = data[8:]
 			for len(data) > 0 && data[0] < 64 && len(m.Records) < 4 {
 				m.Records = append(m.Records, record.Record{Offset: m.Index + uint64(len(m.Records)), Epoch: uint64(data[0] % 4)})
@@ -60,7 +64,7 @@ func FuzzStep(f *testing.F) {
 			}
 			for l, recs := range c.nodes[n].store.logs {
 				for i, r := range recs {
-					if r.Offset != uint64(i) {
+					if r.Offset != c.nodes[n].store.base[l]+uint64(i) {
 						t.Fatalf("%s: %s log not dense at %d", n, record.LogKind(l), i)
 					}
 				}

@@ -10,23 +10,25 @@ import (
 )
 
 // memLog is a durable in-memory log store: every write applied is kept
-// (a test of lost unsynced writes belongs to the simulator).
+// (a test of lost unsynced writes belongs to the simulator). Each log is a
+// dense run of records from its base.
 type memLog struct {
 	logs [numLogs][]record.Record
+	base [numLogs]uint64
 }
 
 func (m *memLog) Read(l record.LogKind, from, to uint64, max int) ([]record.Record, error) {
-	recs := m.logs[l] // dense from offset 0: index == offset
+	recs, b := m.logs[l], m.base[l]
 	if from >= to {
 		return nil, nil
 	}
-	if to > uint64(len(recs)) || from >= uint64(len(recs)) {
-		return nil, fmt.Errorf("memlog: %s [%d,%d) not found", l, from, to)
+	if from < b || to > b+uint64(len(recs)) {
+		return nil, fmt.Errorf("memlog: %s [%d,%d) not found (base %d)", l, from, to, b)
 	}
 	if to-from > uint64(max) {
 		to = from + uint64(max)
 	}
-	return append([]record.Record(nil), recs[from:to]...), nil
+	return append([]record.Record(nil), recs[from-b:to-b]...), nil
 }
 
 func (m *memLog) apply(w LogWrite) {
@@ -39,15 +41,30 @@ func (m *memLog) apply(w LogWrite) {
 		}
 		m.logs[w.Log] = recs[:n]
 	case WriteAppend:
-		if len(recs) > 0 && recs[len(recs)-1].Offset+1 != w.Records[0].Offset {
-			panic(fmt.Sprintf("memlog: append at %d after %d", w.Records[0].Offset, recs[len(recs)-1].Offset))
+		if tail := m.base[w.Log] + uint64(len(recs)); tail != w.Records[0].Offset {
+			panic(fmt.Sprintf("memlog: append at %d, tail %d", w.Records[0].Offset, tail))
 		}
 		m.logs[w.Log] = append(recs, w.Records...)
+	case WriteReset:
+		if w.Offset < m.base[w.Log] {
+			panic(fmt.Sprintf("memlog: reset at %d below base %d", w.Offset, m.base[w.Log]))
+		}
+		m.logs[w.Log], m.base[w.Log] = nil, w.Offset
+	}
+}
+
+// compact deletes the records of l below start (at most the tail).
+func (m *memLog) compact(l record.LogKind, start uint64) {
+	b := m.base[l]
+	start = min(start, b+uint64(len(m.logs[l])))
+	if start > b {
+		m.logs[l] = append([]record.Record(nil), m.logs[l][start-b:]...)
+		m.base[l] = start
 	}
 }
 
 func (m *memLog) clone() *memLog {
-	out := &memLog{}
+	out := &memLog{base: m.base}
 	for l := range m.logs {
 		out.logs[l] = append([]record.Record(nil), m.logs[l]...)
 	}
@@ -57,11 +74,8 @@ func (m *memLog) clone() *memLog {
 func (m *memLog) state() State {
 	var s State
 	for l, recs := range m.logs {
-		if len(recs) == 0 {
-			continue
-		}
-		s.Logs[l].Base = 0
-		s.Logs[l].Tail = recs[len(recs)-1].Offset + 1
+		s.Logs[l].Base = m.base[l]
+		s.Logs[l].Tail = m.base[l] + uint64(len(recs))
 		for _, r := range recs {
 			es := s.Logs[l].Epochs
 			if len(es) == 0 || es[len(es)-1].Epoch != r.Epoch {
@@ -264,9 +278,12 @@ func (c *cluster) processReady() bool {
 		for _, w := range rd.Writes {
 			nd.store.apply(w)
 			if c.verbose {
-				if w.Op == WriteTruncate {
+				switch w.Op {
+				case WriteTruncate:
 					c.logf("%s: truncate %s at %d", n, w.Log, w.Offset)
-				} else {
+				case WriteReset:
+					c.logf("%s: reset %s at %d", n, w.Log, w.Offset)
+				default:
 					c.logf("%s: append %s %d..%d", n, w.Log, w.Offset, w.Offset+uint64(len(w.Records)))
 				}
 			}

@@ -24,6 +24,18 @@ func (r *Replica) startPass() {
 // cursor alone and sends nothing (the shipping would meet the same
 // failure). Then it sends at least one request per log, so the exchange
 // ends only with the follower saying where it really is [RP-4].
+//
+// No-resend rule: Appends still in flight over the peer's current
+// connection, under the cursor's id, are not shipped again. The cursor
+// keeps next and inflight when it was last used on this same connection
+// and an answer on this log arrived in this pass or the previous one (a
+// pass is longer than a round trip, so a pipeline that answered nothing
+// for a whole pass has lost its requests, and starts over from
+// confirmed). The pass's own request is then sent at next: records if
+// the window has room, else an empty Append (which may exceed the
+// MaxInflight window by one; it carries no records). A connection
+// delivers in order, so that request is answered after every earlier
+// one, and its answer says where the follower really is.
 func (r *Replica) beginExchange(p *peer) {
 	if !p.connOK {
 		return
@@ -33,18 +45,32 @@ func (r *Replica) beginExchange(p *peer) {
 	}
 	for _, l := range record.LogKinds {
 		c := &p.cursors[l]
-		c.inflight = 0
-		if c.known {
-			c.next = c.confirmed
-		} else {
-			c.next = r.logs[l].tail
+		v := &r.logs[l]
+		keep := c.known && c.conn == p.conn && (c.inflight == 0 || c.heard+1 >= r.pass)
+		if !keep {
+			c.inflight = 0
+			if c.known {
+				c.next = c.confirmed
+			} else {
+				c.next = v.tail
+			}
 		}
-		if r.cfg.Rules.DisableIdleProbe && c.known && c.confirmed >= r.logs[l].tail {
+		c.conn = p.conn
+		if r.cfg.Rules.DisableIdleProbe && c.known && c.confirmed >= v.tail {
 			// Twin: "up to date" without asking.
 			c.answered = r.pass
 			continue
 		}
-		r.shipOne(p, l)
+		sent := c.inflight
+		if c.inflight < r.cfg.MaxInflight {
+			r.shipOne(p, l)
+		}
+		if c.inflight == sent {
+			// Window full, or the records could not be read: ask where
+			// the follower is without records (the next pass retries
+			// the read).
+			r.sendAppend(p, l, nil)
+		}
 		r.ship(p, l)
 	}
 }
@@ -75,8 +101,10 @@ func (r *Replica) ship(p *peer, l record.LogKind) {
 }
 
 // shipOne sends one Append from the cursor's next offset (with no records
-// when the cursor is at the tail). It reports false when the records could
-// not be read.
+// when the cursor is at the tail). It never reads below the log's base: a
+// cursor below it ships from the base. It reports false when it sent an
+// empty Append or sent nothing because the records could not be read
+// (the cursor is left as it was, so the next pass retries).
 func (r *Replica) shipOne(p *peer, l record.LogKind) bool {
 	if !p.connOK {
 		return false
@@ -86,19 +114,45 @@ func (r *Replica) shipOne(p *peer, l record.LogKind) bool {
 	if c.next > v.tail {
 		c.next = v.tail
 	}
+	if c.next < v.base {
+		c.next = v.base
+	}
 	recs, err := v.read(r.cfg.Log, l, c.next, v.tail, r.cfg.MaxBatch)
 	if err != nil {
 		return false
 	}
+	r.sendAppend(p, l, recs)
+	return len(recs) > 0
+}
+
+// sendAppend sends an Append of recs (possibly none) at the cursor's next
+// offset and moves next past them.
+func (r *Replica) sendAppend(p *peer, l record.LogKind, recs []record.Record) {
+	c := &p.cursors[l]
+	v := &r.logs[l]
+	if c.next > v.tail {
+		c.next = v.tail
+	}
+	if c.next < v.base {
+		c.next = v.base
+	}
 	m := Message{Type: MsgAppend, To: p.node, Conn: p.conn, Epoch: r.epoch, Pass: r.pass, Log: l,
 		Index: c.next, Records: recs, Commit: r.committed[l]}
-	if c.next > v.base {
-		m.PrevEpoch, _ = v.epochAt(c.next - 1)
+	m.PrevEpoch = v.prevEpoch(c.next)
+	if c.next == v.base {
+		// Our log starts here: say so, so a follower that cannot match
+		// may start its log here (catch-up from the leader's start).
+		// PrevEpoch, when we still know it, lets a follower that holds
+		// the previous record match without resetting.
+		m.Base = v.base
+		if len(recs) > 0 {
+			c.offered = r.pass
+		}
 	}
 	r.send(m)
 	c.next += uint64(len(recs))
 	c.inflight++
-	return len(recs) > 0
+	c.conn = p.conn
 }
 
 // onAppendResp takes a follower's answer: where it really is.
@@ -117,7 +171,9 @@ func (r *Replica) onAppendResp(m Message) {
 	if c.inflight > 0 {
 		c.inflight--
 	}
+	c.heard = r.pass
 	v := &r.logs[l]
+	stalled := false
 	if m.Match {
 		end := m.MatchEnd
 		if end > v.tail {
@@ -141,19 +197,62 @@ func (r *Replica) onAppendResp(m Message) {
 		// Lowering confirmed only claims less; the committed position
 		// never moves back.
 		cp := v.commonPrefix(LogPosition{Base: m.Base, Tail: m.Tail, Epochs: m.Epochs})
-		if cp > c.confirmed || !c.known || p.cursorID == "" {
-			c.confirmed = cp
+		held := heldPrefix(cp, m.Tail, v.tail)
+		if held > c.confirmed || !c.known || p.cursorID == "" {
+			c.confirmed = held
 		}
 		c.next = cp
 		c.inflight = 0
-		r.shipOne(p, l)
+		if r.acceptable(c, l, cp, m) {
+			r.shipOne(p, l)
+		} else {
+			// The follower would refuse an Append at cp again (its log
+			// starts above our tail, or it lacks our log below our base
+			// and we cannot vouch that base is committed, or it refused
+			// this pass's reset offer): the next pass asks again, so the
+			// exchange never loops within a pass.
+			stalled = true
+		}
 	}
 	c.known = true
 	if m.Pass == r.pass {
 		c.answered = r.pass
 	}
-	r.ship(p, l)
+	if !stalled {
+		r.ship(p, l)
+	}
 	r.updateMarks(l)
+}
+
+// heldPrefix is what a follower whose common prefix with us is cp really
+// holds of our log: cp, unless its log ends below cp (its tail is below
+// our base) or cp is beyond our tail (its base is above our tail).
+func heldPrefix(cp, followerTail, ourTail uint64) uint64 {
+	return min(cp, followerTail, ourTail)
+}
+
+// acceptable says whether a follower that answered mismatch with m would
+// accept an Append at our common prefix cp: at its own base, at an offset
+// whose previous record it holds at our epoch, or at our base when that is
+// committed and records follow it (it may then reset its log there; see
+// onAppend).
+//
+// The reset offer is made at most once per pass per cursor: a follower
+// that refuses it anyway (an older broker, or its state changed) is asked
+// again by the next pass, never in a loop within one.
+func (r *Replica) acceptable(c *cursor, l record.LogKind, cp uint64, m Message) bool {
+	v := &r.logs[l]
+	lo := max(v.base, m.Base)
+	switch {
+	case cp > v.tail:
+		return false
+	case cp == m.Base:
+		return true
+	case cp > lo && cp <= m.Tail:
+		return true
+	default:
+		return cp == v.base && cp <= r.committed[l] && cp < v.tail && c.offered != r.pass
+	}
 }
 
 // counts says whether p's position on l counts for the marks now [RP-5]:

@@ -11,7 +11,9 @@ import (
 // records written but not yet persisted (kept to ship and to answer
 // fetches without reading the store).
 //
-// Invariants: base <= stable <= tail; epochs cover [base, tail);
+// Invariants: base <= stable <= tail; epochs cover [base, tail) and,
+// when the log is not empty, the first epoch start is at base (records
+// below base are gone, so is what the index knew of them);
 // unstable holds exactly the records [unstableFrom, tail) and
 // unstableFrom <= stable only transiently inside advance.
 type logView struct {
@@ -24,16 +26,63 @@ type logView struct {
 	// readyTail is the tail as of the last Ready that carried writes of
 	// this log; Advance makes it the stable position.
 	readyTail uint64
+	// baseEpoch is the epoch of the record just below base, when known
+	// (learned by compacting or from the leader at a reset; 0 otherwise,
+	// e.g. after a restart). It lets an Append at the base still offer a
+	// previous record to check.
+	baseEpoch uint64
 }
 
 func newLogView(s LogState) logView {
 	v := logView{base: s.Base, tail: s.Tail, stable: s.Tail, unstableFrom: s.Tail, readyTail: s.Tail}
 	for _, e := range s.Epochs {
-		if e.Offset >= s.Base && e.Offset < s.Tail {
-			v.epochs = append(v.epochs, e)
+		if e.Offset >= s.Tail {
+			break
 		}
+		if e.Offset <= s.Base {
+			// The epoch covering base starts, for this log, at base.
+			v.epochs = append(v.epochs[:0], EpochStart{Epoch: e.Epoch, Offset: s.Base})
+			continue
+		}
+		v.epochs = append(v.epochs, e)
 	}
 	return v
+}
+
+// compact raises base to start (base < start <= stable): the records below
+// start are gone from the store. The epoch covering start is kept, starting
+// at start, so epochAt keeps working for every stored offset.
+func (v *logView) compact(start uint64) {
+	v.baseEpoch, _ = v.epochAt(start - 1)
+	e, ok := v.epochAt(start)
+	n := sort.Search(len(v.epochs), func(i int) bool { return v.epochs[i].Offset > start })
+	rest := v.epochs[n:]
+	v.epochs = nil
+	if ok {
+		v.epochs = append(v.epochs, EpochStart{Epoch: e, Offset: start})
+	}
+	v.epochs = append(v.epochs, rest...)
+	v.base = start
+}
+
+// reset makes the log empty at at (at >= base): base, tail and the
+// persisted position all at, no records in memory. prev is the epoch of
+// the record below at, if known (else 0).
+func (v *logView) reset(at, prev uint64) {
+	v.base, v.tail, v.stable, v.readyTail, v.unstableFrom = at, at, at, at, at
+	v.epochs, v.unstable = nil, nil
+	v.baseEpoch = prev
+}
+
+// prevEpoch returns the epoch of the record below o (base <= o <= tail):
+// from the epoch starts, or baseEpoch at the base (0 when unknown, or
+// when o is 0).
+func (v *logView) prevEpoch(o uint64) uint64 {
+	if o == v.base {
+		return v.baseEpoch
+	}
+	e, _ := v.epochAt(o - 1)
+	return e
 }
 
 // epochAt returns the epoch of the record at o; ok is false outside
@@ -55,8 +104,24 @@ func epochIn(starts []EpochStart, o uint64) (uint64, bool) {
 }
 
 // position describes the persisted log (what may be claimed to a peer).
+// An empty one whose last epoch is known (baseEpoch) lists that epoch as
+// starting at its base, so a recovering leader ranks it by that epoch.
 func (v *logView) position() LogPosition {
-	return LogPosition{Base: v.base, Tail: v.stable, Epochs: clipEpochs(v.epochs, v.stable)}
+	p := LogPosition{Base: v.base, Tail: v.stable, Epochs: clipEpochs(v.epochs, v.stable)}
+	if p.Tail == p.Base && v.baseEpoch != 0 {
+		p.Epochs = []EpochStart{{Epoch: v.baseEpoch, Offset: v.base}}
+	}
+	return p
+}
+
+// full describes the whole log, persisted or not (a recovering leader's
+// own candidate log), with the same convention for an empty log.
+func (v *logView) full() LogPosition {
+	p := LogPosition{Base: v.base, Tail: v.tail, Epochs: v.epochs}
+	if p.Tail == p.Base && v.baseEpoch != 0 {
+		p.Epochs = []EpochStart{{Epoch: v.baseEpoch, Offset: v.base}}
+	}
+	return p
 }
 
 func clipEpochs(starts []EpochStart, end uint64) []EpochStart {
@@ -66,9 +131,14 @@ func clipEpochs(starts []EpochStart, end uint64) []EpochStart {
 	return out
 }
 
-// lastEpochOf is the epoch of the last record of a position.
+// lastEpochOf is the epoch of the last record of a position. For an empty
+// log it is the epoch listed at its base, if any (the epoch of the last
+// record it held before its base rose; 0 when unknown).
 func lastEpochOf(p LogPosition) uint64 {
 	if p.Tail <= p.Base {
+		if n := len(p.Epochs); n > 0 && p.Epochs[n-1].Offset == p.Base {
+			return p.Epochs[n-1].Epoch
+		}
 		return 0
 	}
 	e, _ := epochIn(p.Epochs, p.Tail-1)
@@ -156,8 +226,13 @@ func (v *logView) read(r LogReader, l record.LogKind, from, to uint64, max int) 
 	return r.Read(l, from, end, int(end-from))
 }
 
-// commonPrefix returns the largest c in [base, min(tails)] such that the
-// local log and p hold the same epoch at every offset below c. By the log
+// commonPrefix returns the largest c in [lo, max(lo, min(tails))], where
+// lo is the higher of the two bases, such that the local log and p hold
+// the same epoch at every offset in [lo, c). Offsets below lo are stored by
+// at most one side and cannot be compared: they are below a committed
+// floor (a base rises only over committed records), so c == lo means "no
+// common record known", and a result above p.Tail (p's log ends below our
+// base) means p holds nothing of ours at all. By the log
 // matching property (one leader per epoch, records of an epoch shipped in
 // order) equal epochs at c-1 imply equal prefixes, so the predicate is
 // prefix-closed and binary search finds c.

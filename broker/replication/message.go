@@ -12,10 +12,14 @@ type MsgType uint8
 
 const (
 	// MsgAppend ships Records of Log starting at Index, whose preceding
-	// record (Index-1) the leader holds at PrevEpoch; Index == the log's
-	// base means there is no preceding record. Records may be empty: the
-	// request then only asks where the follower really is [RP-4]. Commit is
-	// the leader's committed position of Log.
+	// record (Index-1) the leader holds at PrevEpoch. Base is the leader's
+	// log start when Index is at it (the leader holds no previous record to
+	// offer: PrevEpoch is 0), and 0 otherwise; a follower that cannot match
+	// such an Append resets its log to Index when the leader vouches that
+	// every offset below Index is committed (Index <= Commit), see
+	// docs/replication-design.md, "Catch-up from the leader's start".
+	// Records may be empty: the request then only asks where the follower
+	// really is [RP-4]. Commit is the leader's committed position of Log.
 	MsgAppend MsgType = iota + 1
 	// MsgAppendResp answers a MsgAppend of the same Pass and Log. Match
 	// true: the follower holds the leader's log up to MatchEnd (persisted).
@@ -33,8 +37,10 @@ const (
 	// Index (at most Max); used by a recovering leader copying the best
 	// log of its quorum.
 	MsgFetch
-	// MsgFetchResp answers a MsgFetch with Records (possibly empty) and the
-	// follower's persisted Tail.
+	// MsgFetchResp answers a MsgFetch with Records (possibly empty) from
+	// Index, the epoch of the record before them (PrevEpoch, 0 when Index
+	// is the follower's Base), and the follower's Base and persisted Tail.
+	// Index < Base says the records asked for are no longer stored.
 	MsgFetchResp
 	// MsgRefuse answers any request whose Epoch is older than the highest
 	// epoch the follower knows; Epoch carries that known epoch.
@@ -111,6 +117,9 @@ func (m Message) String() string {
 	switch m.Type {
 	case MsgAppend:
 		s += fmt.Sprintf(" %s idx=%d prev=e%d n=%d commit=%d", m.Log, m.Index, m.PrevEpoch, len(m.Records), m.Commit)
+		if m.Base != 0 {
+			s += fmt.Sprintf(" base=%d", m.Base)
+		}
 	case MsgAppendResp:
 		if m.Match {
 			s += fmt.Sprintf(" %s match end=%d", m.Log, m.MatchEnd)
@@ -122,7 +131,7 @@ func (m Message) String() string {
 	case MsgFetch:
 		s += fmt.Sprintf(" %s idx=%d max=%d", m.Log, m.Index, m.Max)
 	case MsgFetchResp:
-		s += fmt.Sprintf(" %s idx=%d n=%d tail=%d", m.Log, m.Index, len(m.Records), m.Tail)
+		s += fmt.Sprintf(" %s idx=%d n=%d base=%d tail=%d", m.Log, m.Index, len(m.Records), m.Base, m.Tail)
 	}
 	return s
 }
@@ -136,6 +145,16 @@ const (
 	WriteAppend WriteOp = iota + 1
 	// WriteTruncate removes every record of Log at or above Offset.
 	WriteTruncate
+	// WriteReset drops every stored record of Log and makes it an empty
+	// log starting at Offset (logstore's ResetAt(Offset)): base, tail and
+	// persisted position all Offset. Offset is at or above the log's base.
+	// The core asks for it only when every offset below Offset is
+	// committed (and the records there are, for the shard, below a
+	// committed floor) and every record it drops at or above Offset is
+	// either absent or divergent from the current leader's log; see
+	// docs/replication-design.md, "Catch-up from the leader's start".
+	// Once persisted it must never be undone by a crash.
+	WriteReset
 )
 
 // LogWrite is one change to the local log, to be persisted in Ready order.
@@ -209,6 +228,15 @@ type Status struct {
 	Tail           [len(record.LogKinds)]uint64
 	Persisted      [len(record.LogKinds)]uint64
 	Committed      [len(record.LogKinds)]uint64
+	// Base is each log's first stored offset as the core sees it.
+	Base [len(record.LogKinds)]uint64
+	// EpochBehindLog is set while a recovering leader refuses to write its
+	// fence because its epoch is not above the last epoch of a log it
+	// would fence over (its own or the best log of its quorum): for
+	// example a cluster restored from snapshots whose shard epochs
+	// restarted low. The replica stays recovering; the control plane must
+	// assign a higher epoch.
+	EpochBehindLog bool
 }
 
 // Ready is everything the runtime must do after feeding inputs. Writes are

@@ -34,6 +34,7 @@ func (r *Replica) startRecovery() {
 		r.committed[i] = r.lastCommits[i]
 		r.allMark[i] = r.logs[i].base
 	}
+	r.epochBehind = false
 	r.startRecoveryRound()
 }
 
@@ -93,29 +94,44 @@ func (r *Replica) maybePlan() {
 	if n < r.quorum {
 		return
 	}
-	r.recovery.planned = true
+	var best [numLogs]NodeID
+	var bestPos [numLogs]LogPosition
 	for _, l := range record.LogKinds {
 		v := &r.logs[l]
-		self := LogPosition{Base: v.base, Tail: v.tail, Epochs: v.epochs}
-		var best NodeID
-		var bestPos LogPosition
 		if selfOK {
-			best, bestPos = r.cfg.Self, self
+			best[l], bestPos[l] = r.cfg.Self, v.full()
 		}
 		for _, id := range r.order {
 			p := r.peers[id]
-			if p.probed && (best == "" || better(p.probedPos[l], bestPos)) {
-				best, bestPos = id, p.probedPos[l]
+			if p.probed && (best[l] == "" || better(p.probedPos[l], bestPos[l])) {
+				best[l], bestPos[l] = id, p.probedPos[l]
 			}
 		}
+		if lastEpochOf(bestPos[l]) >= r.epoch || lastEpochOf(v.full()) >= r.epoch {
+			// Fence guard: the log we would fence over, or our own,
+			// already holds records of our epoch or a later one (epochs
+			// restarted, e.g. after a restore from snapshots). Writing
+			// nothing (not even a truncation), we stay recovering and say
+			// so.
+			r.epochBehind = true
+			return
+		}
+	}
+	r.recovery.planned = true
+	for _, l := range record.LogKinds {
+		v := &r.logs[l]
 		t := &r.recovery.target[l]
-		if best == r.cfg.Self {
+		if best[l] == r.cfg.Self {
 			t.done = true
 			continue
 		}
-		cp := v.commonPrefix(bestPos)
+		// The common prefix counts from the higher base. If the best log
+		// starts above our tail, or nothing of ours can be checked against
+		// it at its start, the fetch from our tail is answered with the
+		// source's base and onFetchResp resets our log there.
+		cp := v.commonPrefix(bestPos[l])
 		r.truncateLocal(l, cp)
-		t.from, t.end = best, bestPos.Tail
+		t.from, t.end = best[l], bestPos[l].Tail
 		if v.tail >= t.end {
 			t.done = true
 			continue
@@ -151,8 +167,27 @@ func (r *Replica) onFetchResp(m Message) {
 		r.sendFetch(l)
 		return
 	}
-	if m.Index > v.base {
-		if e, _ := v.epochAt(m.Index - 1); e != m.PrevEpoch {
+	switch {
+	case m.Index < m.Base:
+		// The source no longer stores what we asked for: its log starts
+		// above our tail. Everything below its base is committed (a base
+		// only rises over committed records), so start our log at its
+		// base and copy from there.
+		if m.Base > m.Tail {
+			return // malformed
+		}
+		r.resetLocal(l, m.Base, 0)
+		r.sendFetch(l)
+		return
+	case m.Index == m.Base && m.Index > v.base && (m.PrevEpoch == 0 || v.prevEpoch(m.Index) != m.PrevEpoch):
+		// The source holds no record before Index to compare with ours:
+		// our records below Index cannot be checked. They are below the
+		// source's base, so committed (and trimmed for the shard): drop
+		// them, and take the source's records from Index. We hold nothing
+		// at or above Index (Index is our tail).
+		r.resetLocal(l, m.Index, m.PrevEpoch)
+	case m.Index > v.base:
+		if v.prevEpoch(m.Index) != m.PrevEpoch {
 			return // the source changed under us; the next round replans
 		}
 	}
@@ -183,6 +218,18 @@ func (r *Replica) maybeFinishRecovery() {
 			return
 		}
 	}
+	for _, l := range record.LogKinds {
+		v := &r.logs[l]
+		if v.tail > v.base {
+			if e, _ := v.epochAt(v.tail - 1); e >= r.epoch {
+				// Fence guard: never write a fence at an epoch at or
+				// below the last epoch of a log.
+				r.epochBehind = true
+				return
+			}
+		}
+	}
+	r.epochBehind = false
 	r.role = RoleLeader
 	r.fenceCommitted = false
 	for _, l := range record.LogKinds {
@@ -199,8 +246,9 @@ func (r *Replica) maybeFinishRecovery() {
 		}
 		p.cursorID, p.cursorIDKnown = p.connID, true
 		for _, l := range record.LogKinds {
-			cp := r.logs[l].commonPrefix(p.probedPos[l])
-			p.cursors[l] = cursor{next: cp, confirmed: cp, known: true}
+			v := &r.logs[l]
+			cp := v.commonPrefix(p.probedPos[l])
+			p.cursors[l] = cursor{next: min(cp, v.tail), confirmed: heldPrefix(cp, p.probedPos[l].Tail, v.tail), known: true}
 		}
 	}
 	r.ticks = 0

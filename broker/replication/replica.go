@@ -37,6 +37,7 @@ type Replica struct {
 	// Leader and recovering state.
 	fenceOffset    [numLogs]uint64
 	fenceCommitted bool
+	epochBehind    bool // the fence guard tripped (Status.EpochBehindLog)
 	committed      [numLogs]uint64
 	allMark        [numLogs]uint64
 	pending        [numLogs][3][]Ack // by log and AckMode, in offset order
@@ -69,12 +70,21 @@ type peer struct {
 }
 
 // cursor is the leader's knowledge of one follower on one log [RP-1].
+//
+// next and inflight describe the Appends sent over connection conn and
+// not yet answered. They survive the start of a pass while the peer keeps
+// that connection (and the cursor's storage id) and answers keep coming:
+// a connection delivers in order, so what is in flight will land, and
+// shipping it again would only duplicate it (the no-resend rule).
 type cursor struct {
 	next      uint64 // next offset to ship
 	confirmed uint64 // the follower answered holding our log below this
 	answered  uint64 // the pass of the last counted answer (0: none)
+	heard     uint64 // the pass in which the last answer on this log arrived
+	offered   uint64 // the pass of the last Append of records at our base (a reset offer)
 	inflight  int
-	known     bool // confirmed comes from an answer under the cursor's id
+	conn      ConnID // the connection next and inflight were sent over
+	known     bool   // confirmed comes from an answer under the cursor's id
 }
 
 // New builds a replica from its durable log state. The replica starts as a
@@ -123,8 +133,9 @@ func New(cfg Config, st State) (*Replica, error) {
 // Status returns a snapshot of the replica's role and marks.
 func (r *Replica) Status() Status {
 	s := Status{Role: r.role, Epoch: r.epoch, EpochKnown: r.epochKnown, Leader: r.leader,
-		Pass: r.pass, FenceCommitted: r.fenceCommitted}
+		Pass: r.pass, FenceCommitted: r.fenceCommitted, EpochBehindLog: r.epochBehind}
 	for i := range r.logs {
+		s.Base[i] = r.logs[i].base
 		s.Tail[i] = r.logs[i].tail
 		s.Persisted[i] = r.logs[i].stable
 		s.Committed[i] = r.lastCommits[i]
@@ -204,6 +215,7 @@ func (r *Replica) stepDown() {
 	}
 	r.role = RoleFollower
 	r.fenceCommitted = false
+	r.epochBehind = false
 	r.recovery = recoveryState{}
 	for i := range r.commitTarget {
 		r.commitTarget[i] = r.lastCommits[i]
@@ -335,6 +347,50 @@ func (r *Replica) truncateLocal(l record.LogKind, at uint64) {
 	}
 	r.logs[l].truncate(at)
 	r.out.Writes = append(r.out.Writes, LogWrite{Op: WriteTruncate, Log: l, Offset: at})
+}
+
+// resetLocal drops every record of the local log and makes it empty at at
+// (WriteReset); prev is the epoch of the record below at, if known. The caller has established that every offset below at is
+// committed and that the records it holds at or above at are absent from,
+// or divergent with, the log it follows; the committed marks move up to at
+// (a committed position is never below the base) and never back.
+func (r *Replica) resetLocal(l record.LogKind, at, prev uint64) {
+	r.logs[l].reset(at, prev)
+	r.out.Writes = append(r.out.Writes, LogWrite{Op: WriteReset, Log: l, Offset: at})
+	r.commitTarget[l] = max(r.commitTarget[l], at)
+	r.committed[l] = max(r.committed[l], at)
+	r.allMark[l] = max(r.allMark[l], at)
+	if at > r.lastCommits[l] {
+		r.lastCommits[l] = at
+		r.out.Commits = append(r.out.Commits, CommitAdvance{Log: l, Committed: at})
+	}
+}
+
+// Compacted tells the replica that the runtime deleted its local records
+// of log l below start (segments below the committed floor, or retention).
+// The runtime must delete only records below the committed position. The
+// core raises the log's base to start, clamped to its persisted tail, and
+// ignores a start at or below the current base; the epoch start covering
+// start is kept (moved to start). A leader's cursors below the new base
+// ship from the base on: a follower that lacks the records below it gets
+// an Append at the base, which lets it reset its log there
+// (docs/replication-design.md, "Catch-up from the leader's start").
+func (r *Replica) Compacted(l record.LogKind, start uint64) {
+	if int(l) >= numLogs {
+		return
+	}
+	v := &r.logs[l]
+	start = min(start, v.stable)
+	if start <= v.base {
+		return
+	}
+	v.compact(start)
+	for _, n := range r.order {
+		c := &r.peers[n].cursors[l]
+		if c.next < start {
+			c.next = start
+		}
+	}
 }
 
 func (r *Replica) send(m Message) {

@@ -30,6 +30,16 @@ const (
 	assignLagPct = 30
 	// finalTicks is the length of the healing phase that ends every run.
 	finalTicks = 40
+	// trimPct is the chance per tick that the shard trims: each log's
+	// floor rises to a little below the serving leader's committed
+	// position, and
+	// each running replica, with chance compactPct, deletes its records
+	// below the floor (and below its own committed position).
+	trimPct    = 15
+	compactPct = 50
+	// trimKeep bounds how many of the newest committed records a trim
+	// keeps above the floor (2 + [0, trimKeep)).
+	trimKeep = 8
 )
 
 // Config is one simulation run.
@@ -144,6 +154,12 @@ type Stats struct {
 	// Delivered and Lost count messages.
 	Delivered int
 	Lost      int
+	// Trims counts raises of a log's trim floor; Compactions the replica
+	// compactions below it (Replica.Compacted); Resets the WriteResets
+	// (catch-up from a leader's or a source's log start).
+	Trims       int
+	Compactions int
+	Resets      int
 	// EndedServed counts runs that ended with a serving leader.
 	EndedServed int
 	// Ticks counts simulated ticks; ServingTicks those that ended with a
@@ -180,6 +196,9 @@ func (s *Stats) Add(o Stats) {
 	s.Rotations += o.Rotations
 	s.Delivered += o.Delivered
 	s.Lost += o.Lost
+	s.Trims += o.Trims
+	s.Compactions += o.Compactions
+	s.Resets += o.Resets
 	s.EndedServed += o.EndedServed
 	s.Ticks += o.Ticks
 	s.ServingTicks += o.ServingTicks
@@ -188,8 +207,9 @@ func (s *Stats) Add(o Stats) {
 // String renders the figures with sorted keys.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d ended-serving=%d",
-		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost, s.EndedServed)
+	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d trims=%d compactions=%d resets=%d ended-serving=%d",
+		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost,
+		s.Trims, s.Compactions, s.Resets, s.EndedServed)
 	b.WriteString(" faults{" + renderCounts(s.Faults) + "}")
 	b.WriteString(" waits{" + renderCounts(s.Waits) + "}")
 	return b.String()

@@ -15,6 +15,15 @@
 // sub-seed, so dropping events from a schedule (shrinking) leaves the
 // others unchanged.
 //
+// Ticks also trim, with randomness of their own (so the schedule's draws
+// are unchanged): a log's trim floor rises towards the serving leader's
+// committed position and replicas delete their records below it (and
+// below their own committed position, never their last record), telling
+// the core with Replica.Compacted; the disk model keeps a base per log and
+// implements WriteReset. Records below the floor are legitimately gone:
+// the invariants check acknowledged and committed records at or above it,
+// and every WriteReset against the floor (see checkReset).
+//
 // After every event the simulator checks the invariants of DESIGN.md
 // section 6 (see Invariant); a violation stops the run and is returned as
 // a Failure with a replayable trace. Faults are injected only while the

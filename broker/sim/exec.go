@@ -288,6 +288,7 @@ func (s *simulation) tick(rng *rand.Rand) {
 		}
 	}
 	s.processAll()
+	s.trim()
 	s.cpStep(func() bool { return rng.IntN(100) < assignLagPct })
 	s.stats.Ticks++
 	if s.servingLeader() != nil {
@@ -574,4 +575,66 @@ func (s *simulation) wipe(v *node) bool {
 	s.start(v)
 	s.processAll()
 	return true
+}
+
+// trim raises the shard's trim floors and lets replicas delete their
+// segments below them (the head trim of DESIGN.md section 5, reduced to
+// its effect on replication). Its randomness comes from the seed and the
+// tick alone, so it leaves every scheduled event's draws unchanged. A
+// replica deletes only below its own committed position, as a store
+// deletes only segments below a committed floor, and never its last
+// record (the active segment).
+func (s *simulation) trim() {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed^0x7219, uint64(s.now)))
+	if rng.IntN(100) >= trimPct {
+		return
+	}
+	l := s.servingLeader()
+	if l == nil {
+		return
+	}
+	st := l.r.Status()
+	for lk := range s.floor {
+		// A trim keeps the newest few committed records above the floor
+		// (retention), so recent acknowledgements stay checkable.
+		keep := uint64(2 + rng.IntN(trimKeep))
+		if c := st.Committed[lk]; c > s.floor[lk]+keep {
+			s.floor[lk] = c - keep
+			s.stats.Trims++
+		}
+	}
+	for _, n := range s.nodes {
+		if !n.running() || rng.IntN(100) >= compactPct {
+			continue
+		}
+		for lk := range s.floor {
+			d := n.vol.disk
+			old := d.base(lk)
+			// The active segment is never deleted: the last record stays.
+			if d.tail(lk) == 0 {
+				continue
+			}
+			if nb := d.compact(lk, min(s.floor[lk], n.lastCommitted[lk], d.tail(lk)-1)); nb > old {
+				n.r.Compacted(record.LogKind(lk), nb)
+				s.stats.Compactions++
+				s.tracef("  %s compacts %s below %d (floor %d)", n.id, record.LogKind(lk), nb, s.floor[lk])
+			}
+		}
+	}
+	s.processAll()
+}
+
+// checkReset checks a WriteReset against the ground truth: it may drop
+// only records below the shard's trim floor, and records at or above its
+// offset only if the replica never published them as committed.
+func (s *simulation) checkReset(n *node, w replication.LogWrite) {
+	l := int(w.Log)
+	if w.Offset > s.floor[l] {
+		s.failf(InvCommittedTruncated, "%s resets %s at %d above the trim floor %d", n.id, w.Log, w.Offset, s.floor[l])
+		return
+	}
+	if t := n.vol.disk.tail(l); t > w.Offset && n.lastCommitted[l] > w.Offset {
+		s.failf(InvCommittedTruncated, "%s resets %s at %d dropping its committed records up to %d (tail %d)",
+			n.id, w.Log, w.Offset, n.lastCommitted[l], t)
+	}
 }

@@ -43,25 +43,24 @@ func (s *simulation) check() {
 			}
 			n.lastCommitted[l] = st.Committed[l]
 			// Replicas agree on every committed offset, across time too.
-			recs := n.vol.disk.written[l]
-			for o := n.checked[l]; o < st.Committed[l]; o++ {
-				if o >= uint64(len(recs)) {
-					s.failf(InvCommittedDisagree, "%s: committed %s offset %d is not in its log (tail %d)", n.id, record.LogKind(l), o, len(recs))
+			// Offsets below the replica's base are gone (compacted below
+			// the floor, or dropped by a reset) and are skipped.
+			d := n.vol.disk
+			for o := max(n.checked[l], d.base(l)); o < st.Committed[l]; o++ {
+				rec, ok := d.at(l, o)
+				if !ok {
+					s.failf(InvCommittedDisagree, "%s: committed %s offset %d is not in its log [%d,%d)", n.id, record.LogKind(l), o, d.base(l), d.tail(l))
 					return
 				}
-				g := &s.committed[l]
-				switch {
-				case o < uint64(len(*g)):
-					if !sameRecord((*g)[o], recs[o]) {
+				g := s.committed[l]
+				if prev, ok := g[o]; ok {
+					if !sameRecord(prev, rec) {
 						s.failf(InvCommittedDisagree, "%s: committed %s offset %d holds %q@e%d, committed before as %q@e%d",
-							n.id, record.LogKind(l), o, recs[o].Payload, recs[o].Epoch, (*g)[o].Payload, (*g)[o].Epoch)
+							n.id, record.LogKind(l), o, rec.Payload, rec.Epoch, prev.Payload, prev.Epoch)
 						return
 					}
-				case o == uint64(len(*g)):
-					*g = append(*g, recs[o])
-				default:
-					s.failf(InvCore, "committed map gap at %s %d", record.LogKind(l), o)
-					return
+				} else {
+					g[o] = rec
 				}
 			}
 			n.checked[l] = max(n.checked[l], st.Committed[l])
@@ -72,9 +71,12 @@ func (s *simulation) check() {
 	if l := s.servingLeader(); l != nil {
 		for lk := range s.acked {
 			for _, rec := range s.acked[lk] {
+				if rec.Offset < s.floor[lk] {
+					continue // trimmed: legitimately gone
+				}
 				if !l.vol.disk.holds(record.LogKind(lk), rec) {
-					s.failf(InvAckedLost, "serving leader %s of e%d lacks acknowledged %s record %q at %d (acked at e%d); its tail is %d",
-						l.id, s.cp.epoch(), record.LogKind(lk), rec.Payload, rec.Offset, rec.Epoch, len(l.vol.disk.written[lk]))
+					s.failf(InvAckedLost, "serving leader %s of e%d lacks acknowledged %s record %q at %d (acked at e%d); its log is [%d,%d), floor %d",
+						l.id, s.cp.epoch(), record.LogKind(lk), rec.Payload, rec.Offset, rec.Epoch, l.vol.disk.base(lk), l.vol.disk.tail(lk), s.floor[lk])
 					return
 				}
 			}
@@ -110,6 +112,8 @@ func (s *simulation) checkPromotion(d placement.Decision) {
 				continue
 			case !restarted && (lk != int(record.LogData) || rec.Offset >= pos):
 				continue
+			case rec.Offset < s.floor[lk]:
+				continue // trimmed: legitimately gone
 			}
 			if !n.vol.disk.holds(record.LogKind(lk), rec) {
 				s.failf(InvPromotedIneligible, "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d (report position %d)",

@@ -67,16 +67,18 @@ func (n *node) running() bool { return n.up && !n.frozen }
 func (n *node) tails() [numLogs]uint64 {
 	var t [numLogs]uint64
 	for l := range t {
-		t[l] = uint64(len(n.vol.disk.written[l]))
+		t[l] = n.vol.disk.tail(l)
 	}
 	return t
 }
 
-// holdsAll reports whether the written logs hold every record of acked.
-func (n *node) holdsAll(acked *[numLogs][]record.Record) bool {
+// holdsAll reports whether the written logs hold every record of acked
+// at or above the shard's trim floor of its log (records below the floor
+// are legitimately gone).
+func (n *node) holdsAll(acked *[numLogs][]record.Record, floor *[numLogs]uint64) bool {
 	for l := range acked {
 		for _, rec := range acked[l] {
-			if !n.vol.disk.holds(record.LogKind(l), rec) {
+			if rec.Offset >= floor[l] && !n.vol.disk.holds(record.LogKind(l), rec) {
 				return false
 			}
 		}

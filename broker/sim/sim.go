@@ -40,8 +40,14 @@ type simulation struct {
 	// ackedBy is the replica that acknowledged writes at each epoch.
 	ackedBy map[uint64]replication.NodeID
 	// committed is the record every replica published as committed at
-	// each offset, per log.
-	committed [numLogs][]record.Record
+	// each offset, per log (offsets a replica no longer stores when it
+	// checks them are skipped).
+	committed [numLogs]map[uint64]record.Record
+	// floor is the shard's trim floor per log: the simulated trims raise
+	// it, never above the serving leader's committed position, and
+	// replicas delete records below it (and below their own committed
+	// position). Records below it are legitimately gone.
+	floor [numLogs]uint64
 
 	stats Stats
 	trace []string
@@ -71,6 +77,9 @@ func Run(cfg Config) Result {
 		proposals: map[replication.ProposalID]proposal{}, ackedBy: map[uint64]replication.NodeID{},
 		stats: newStats()}
 	s.stats.Runs = 1
+	for l := range s.committed {
+		s.committed[l] = map[uint64]record.Record{}
+	}
 	s.cp.reg = make([]registration, shape.Replicas)
 	lrng := rand.New(rand.NewPCG(cfg.Seed, 0x1e9a))
 	for i := 0; i < shape.Replicas; i++ {
@@ -352,6 +361,12 @@ func (s *simulation) process(n *node) {
 		if w.Op == replication.WriteTruncate && w.Offset < n.checked[w.Log] {
 			n.checked[w.Log] = w.Offset
 		}
+		if w.Op == replication.WriteReset {
+			s.checkReset(n, w)
+			n.checked[w.Log] = w.Offset
+			s.stats.Resets++
+			s.tracef("  %s resets %s at %d (tail %d, floor %d)", n.id, w.Log, w.Offset, n.vol.disk.tail(int(w.Log)), s.floor[w.Log])
+		}
 		if err := n.vol.disk.apply(w); err != nil {
 			s.failf(InvCore, "%s: %v", n.id, err)
 			return
@@ -387,14 +402,29 @@ func (s *simulation) onAck(n *node, a replication.Ack) {
 		s.tracef("  %s refuses p%d: %v", n.id, a.ID, a.Err)
 		return
 	}
-	recs := n.vol.disk.written[a.Log]
-	if a.End > uint64(len(recs)) || a.End-a.First != uint64(len(p.payloads)) {
-		s.failf(InvAckMismatch, "%s acks p%d [%d,%d) but its %s log has %d records", n.id, a.ID, a.First, a.End, a.Log, len(recs))
+	// Offsets below the log's base were compacted under the trim floor
+	// before the acknowledgement came (an All acknowledgement can wait
+	// that long): they are legitimately gone and are not checked.
+	d, l := n.vol.disk, int(a.Log)
+	if a.End > d.tail(l) || a.End-a.First != uint64(len(p.payloads)) {
+		s.failf(InvAckMismatch, "%s acks p%d [%d,%d) but its %s log holds [%d,%d)", n.id, a.ID, a.First, a.End, a.Log,
+			d.base(l), d.tail(l))
 		return
 	}
-	epoch := recs[a.First].Epoch
+	epoch := n.r.Status().Epoch
+	if first, ok := d.at(l, max(a.First, d.base(l))); ok {
+		epoch = first.Epoch
+	}
 	for i, pl := range p.payloads {
-		r := recs[a.First+uint64(i)]
+		r, ok := d.at(l, a.First+uint64(i))
+		if !ok {
+			if a.First+uint64(i) >= s.floor[l] {
+				s.failf(InvAckMismatch, "%s acks p%d but offset %d at or above the floor %d is not in its log [%d,%d)",
+					n.id, a.ID, a.First+uint64(i), s.floor[l], d.base(l), d.tail(l))
+				return
+			}
+			continue
+		}
 		if string(r.Payload) != pl || r.Epoch != epoch {
 			s.failf(InvAckMismatch, "%s acks p%d but offset %d holds %q@e%d", n.id, a.ID, r.Offset, r.Payload, r.Epoch)
 			return
@@ -408,7 +438,11 @@ func (s *simulation) onAck(n *node, a replication.Ack) {
 	s.tracef("  %s acks p%d %s %s [%d,%d) e%d", n.id, a.ID, p.mode, a.Log, a.First, a.End, epoch)
 	if p.mode == replication.AckQuorum || p.mode == replication.AckAll {
 		for o := a.First; o < a.End; o++ {
-			s.acked[a.Log] = append(s.acked[a.Log], recs[o])
+			r, ok := d.at(l, o)
+			if !ok {
+				continue // below the floor: trimmed before it was acknowledged
+			}
+			s.acked[a.Log] = append(s.acked[a.Log], r)
 			s.ackers[a.Log] = append(s.ackers[a.Log], acker{node: n.id, sid: n.sid})
 		}
 	}
@@ -443,7 +477,7 @@ func (s *simulation) updateWhole() {
 			continue
 		}
 		for _, f := range rep.Followers {
-			if f.Broker == string(n.id) && f.CaughtUp && f.StorageID == string(n.sid) && n.holdsAll(&s.acked) {
+			if f.Broker == string(n.id) && f.CaughtUp && f.StorageID == string(n.sid) && n.holdsAll(&s.acked, &s.floor) {
 				n.needsCopy = false
 				s.tracef("  %s is whole again", n.id)
 			}
