@@ -40,7 +40,9 @@ type Assignment struct {
 	Report *felixv1.ShardReport
 }
 
-// ShardWatcher watches the FelixShards of the broker's cluster.
+// ShardWatcher watches the FelixShards of the broker's cluster, and the
+// specs of the cluster's FelixStreams (retention and fencing apply to their
+// shards).
 type ShardWatcher struct {
 	c       *Client
 	cache   cache.Cache
@@ -78,7 +80,41 @@ func (w *ShardWatcher) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// A stream's spec (retention, fencing, ack mode) applies to its shards:
+	// a spec change of a stream of this cluster is a change too.
+	sinf, err := w.cache.GetInformer(ctx, &felixv1.FelixStream{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return err
+	}
+	if _, err := sinf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if w.ours(o) {
+				w.signal()
+			}
+		},
+		UpdateFunc: func(o, n any) {
+			if w.ours(n) && specChanged(o, n) {
+				w.signal()
+			}
+		},
+	}); err != nil {
+		return err
+	}
 	return w.cache.Start(ctx)
+}
+
+// ours reports whether o is a FelixStream of the broker's cluster.
+func (w *ShardWatcher) ours(o any) bool {
+	s, ok := o.(*felixv1.FelixStream)
+	return ok && s.Spec.Cluster == w.c.cfg.Cluster
+}
+
+// specChanged reports whether an update changed the stream's spec (its
+// generation); status updates are not changes for the broker.
+func specChanged(o, n any) bool {
+	a, ok1 := o.(*felixv1.FelixStream)
+	b, ok2 := n.(*felixv1.FelixStream)
+	return !ok1 || !ok2 || a.Generation != b.Generation
 }
 
 func (w *ShardWatcher) signal() {
@@ -91,7 +127,8 @@ func (w *ShardWatcher) signal() {
 // WaitForSync waits until the first list has arrived.
 func (w *ShardWatcher) WaitForSync(ctx context.Context) bool { return w.cache.WaitForCacheSync(ctx) }
 
-// Changed receives (coalesced) after any shard of the cluster changed.
+// Changed receives (coalesced) after any shard of the cluster changed, or
+// the spec of one of its streams.
 func (w *ShardWatcher) Changed() <-chan struct{} { return w.changed }
 
 // Assignments lists the shards whose replica set holds this broker, by

@@ -146,6 +146,33 @@ func (s *assignmentSync) applyOne(ctx context.Context, a controlplane.Assignment
 		s.log.Info("shard started", "shard", a.Shard, "replicas", a.Replicas)
 	}
 	s.running[a.Shard] = id
+	// Retention and fencing before the epoch: a refusal (fenced stream
+	// with retention) is logged and counted by the manager and reported
+	// here, but the shard still serves.
+	policyErr := s.mgr.SetLogPolicy(id, logPolicy(stream.Spec))
+	if err := s.applyAssignment(a, id); err != nil {
+		return errors.Join(policyErr, err)
+	}
+	return policyErr
+}
+
+// logPolicy maps a stream's retention and fencing to its data logs'
+// policy. Absent limits are off; a non-positive limit is off too.
+func logPolicy(spec felixv1.FelixStreamSpec) replica.LogPolicy {
+	p := replica.LogPolicy{Fenced: spec.Fenced}
+	if r := spec.Retention; r != nil {
+		if r.MaxAge != nil && r.MaxAge.Duration > 0 {
+			p.Retention.MaxAge = r.MaxAge.Duration
+		}
+		if r.MaxBytes != nil && r.MaxBytes.Value() > 0 {
+			p.Retention.MaxBytes = r.MaxBytes.Value()
+		}
+	}
+	return p
+}
+
+// applyAssignment passes the shard's epoch and assignment to the manager.
+func (s *assignmentSync) applyAssignment(a controlplane.Assignment, id record.ShardID) error {
 	if a.Epoch <= 0 {
 		return nil // not assigned yet: the replica waits, serving nothing
 	}

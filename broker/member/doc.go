@@ -20,4 +20,10 @@
 //
 // The member acts only on the operator's assignments; reports of the shards
 // it leads go to FelixShard status.report through a rate-bounded writer.
+// With each assignment it applies the stream's spec.retention and
+// spec.fenced to the shard's data log (replica.Manager.SetLogPolicy; a
+// fenced stream never gets retention); a change of a stream's spec is
+// applied like a change of its shards. The replica manager's maintenance
+// (Config.MaintainInterval) deletes whole segments below each log's floor
+// and applies retention.
 package member

@@ -53,6 +53,14 @@ type Config struct {
 	BootIDPath string
 	// PassInterval is the replication pass interval (replica default when 0).
 	PassInterval time.Duration
+	// MaintainInterval is the time between maintenance passes: whole
+	// segments below each log's floor are deleted and each stream's
+	// retention applied (replica.DefaultMaintainInterval when 0; negative:
+	// never).
+	MaintainInterval time.Duration
+	// SegmentRecords is the segment size of logs created from now on
+	// (logstore.DefaultSegmentRecords when 0); tests make it small.
+	SegmentRecords uint64
 
 	// Registry receives the broker's metrics; nil makes a new one.
 	Registry *prometheus.Registry
@@ -159,8 +167,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	maintMetrics, err := replica.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
-		FsyncInterval: cfg.FsyncInterval, Logger: log.WithName("logstore"), Metrics: metrics})
+		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, Logger: log.WithName("logstore"), Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -174,6 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 	mgr, err := replica.NewManager(replica.Options{
 		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
 		Resolve: resolver.resolve, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
+		MaintainInterval: cfg.MaintainInterval, Metrics: maintMetrics,
 		OnReport: func(r replication.Report) { reports.Set(shardName(r.Shard), toShardReport(r, time.Now())) },
 	})
 	if err != nil {

@@ -35,10 +35,25 @@
 //
 // Catch-up: a follower with a new storage id (wiped, or new) is reset to
 // the shard's base [RP-3] and copied from the leader's first stored offset.
-// The replicated mode never deletes segments (nothing calls
-// Log.DeleteBelowFloor), so that offset is the shard's base; catching up a
-// follower from the floor's segment after deletion needs the core and the
-// store to rebase an empty log, which they cannot yet.
+// When the leader has deleted segments (below the floor, or retention) the
+// core asks the follower's runtime to reset the log to start empty there
+// (WriteReset, persisted in Ready order with Log.ResetAt; the recent-record
+// cache of that log is dropped) and copies from that offset on.
+//
+// # Maintenance
+//
+// Every Options.MaintainInterval a goroutine of the Manager runs Maintain:
+// for every log of every shard it runs, outside the shard's goroutine,
+// Log.DeleteBelowFloor (whole segments below the committed floor [TR-6])
+// and Log.ApplyRetention (the stream's retention [TR-7]; the store deletes
+// only committed records and never the active segment), then posts the
+// log's new first stored offset into the shard's loop, which feeds it to
+// the core as Compacted: the leader ships from there and resets a follower
+// that lacks it. Each replica deletes on its own schedule; the floor and
+// the committed mark it deletes under are the shard's. Retention and
+// fencing come from the stream (SetLogPolicy, data log only); a fenced
+// stream never gets retention. Options.Metrics counts passes and deletions
+// by reason; a pass that deleted something logs one line.
 //
 // # Serving clients
 //
@@ -64,6 +79,7 @@
 //	mgr.EnsureShard(shard, replicas, ackMode, base)
 //	mgr.SetKnownEpoch(shard, epoch)     // from the control plane, before shipping
 //	mgr.SetAssignment(shard, assignment) // whenever status.assignment changes
+//	mgr.SetLogPolicy(shard, replica.LogPolicy{Retention: r, Fenced: f}) // from the FelixStream
 //	...
 //	srv.Shutdown(ctx); mgr.Close(); store.Close()
 //

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
@@ -52,6 +54,8 @@ type node struct {
 	incarnation uint64
 	store       *logstore.Store
 	mgr         *Manager
+	metrics     *Metrics
+	registry    *prometheus.Registry
 	srv         *server.Server
 	addr        string
 
@@ -66,6 +70,13 @@ type cluster struct {
 	fsync   logstore.FsyncMode
 	pass    time.Duration
 	nextGen byte
+	// segRecs is the stores' segment size (logstore default when 0).
+	segRecs uint64
+	// maintain is the Managers' MaintainInterval (default when 0; tests
+	// that call Maintain themselves set it negative).
+	maintain time.Duration
+	// metrics, when set, makes each started node's Manager metrics.
+	metrics bool
 }
 
 func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.NodeID) *cluster {
@@ -75,10 +86,19 @@ func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.Nod
 // newClusterIn is newCluster with the nodes' directories made by mkdir and
 // the given pass interval (FELIX_PASS overrides it).
 func newClusterIn(t testing.TB, fsync logstore.FsyncMode, mkdir func() string, pass time.Duration, names ...replication.NodeID) *cluster {
+	return newClusterCfg(t, fsync, mkdir, pass, nil, names...)
+}
+
+// newClusterCfg is newClusterIn with cfg applied to the cluster before any
+// node starts (segment size, maintenance, metrics).
+func newClusterCfg(t testing.TB, fsync logstore.FsyncMode, mkdir func() string, pass time.Duration, cfg func(*cluster), names ...replication.NodeID) *cluster {
 	c := &cluster{t: t, dir: &directory{addrs: map[replication.NodeID]string{}}, nodes: map[replication.NodeID]*node{},
 		fsync: fsync, pass: pass}
 	if benchPass > 0 {
 		c.pass = benchPass
+	}
+	if cfg != nil {
+		cfg(c)
 	}
 	for _, n := range names {
 		c.start(n, mkdir(), 1)
@@ -111,13 +131,21 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 	t := c.t
 	n := &node{name: name, dir: dir, id: id, incarnation: incarnation}
 	var err error
-	n.store, err = logstore.Open(logstore.Options{Dir: dir, Fsync: c.fsync})
+	n.store, err = logstore.Open(logstore.Options{Dir: dir, Fsync: c.fsync, SegmentRecords: c.segRecs,
+		ValueThreshold: logstore.BrokerValueThreshold}) // as brokers open theirs
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.metrics {
+		n.registry = prometheus.NewRegistry()
+		if n.metrics, err = NewMetrics(n.registry); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n.mgr, err = NewManager(Options{
 		Store: n.store, Self: name, SelfStorageID: n.id, Incarnation: incarnation,
 		Resolve: c.dir.resolve, PassInterval: c.pass, MaxInflight: benchInflight, MaxBatch: benchBatch,
+		MaintainInterval: c.maintain, Metrics: n.metrics,
 		OnReport: func(r replication.Report) {
 			n.repMu.Lock()
 			n.reports = append(n.reports, r)

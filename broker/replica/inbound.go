@@ -71,5 +71,8 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 		// Not (yet) a replica here: say nothing; the leader retries.
 		return
 	}
+	if msg.Type == replication.MsgAppend {
+		s.counters.receivedFrame(len(f.Body))
+	}
 	s.post(event{kind: evStep, msg: msg})
 }

@@ -27,6 +27,9 @@ type Manager struct {
 	// ctx ends on Close; store calls of the shard goroutines use it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// maintCancel ends the maintenance goroutine, which closes maintDone.
+	maintCancel context.CancelFunc
+	maintDone   chan struct{}
 
 	// mu guards shards and closed. Shard goroutines never take it, so it
 	// may be held while waiting for a shard's inbox.
@@ -60,6 +63,15 @@ func NewManager(o Options) (*Manager, error) {
 		Self: o.Self, StorageID: m.selfB, Resolve: resolve, Dial: o.Dial, Events: poolEvents{m},
 		ConnIDs: m.ids, Backoff: o.Backoff, After: o.After, Logger: o.Logger.WithName("peer"),
 	})
+	m.maintDone = make(chan struct{})
+	if o.MaintainInterval > 0 {
+		var mctx context.Context
+		mctx, m.maintCancel = context.WithCancel(m.ctx)
+		go m.runMaintenance(mctx)
+	} else {
+		m.maintCancel = func() {}
+		close(m.maintDone)
+	}
 	return m, nil
 }
 
@@ -178,6 +190,7 @@ func (m *Manager) RemoveShard(id record.ShardID) {
 	for _, p := range s.peers {
 		m.pool.Release(p)
 	}
+	m.o.Metrics.dropShard(id.String())
 }
 
 // Shards returns the server.Shards of the replicated mode (see the package
@@ -188,8 +201,11 @@ func (m *Manager) Shards() server.Shards { return shardsView{m} }
 // server.Options.Replication on the server peers connect to.
 func (m *Manager) ReplicationHandler() server.ReplicationHandler { return handler{m} }
 
-// Close stops every replica and peer connection. The store stays open.
+// Close stops maintenance, every replica and peer connection. The store
+// stays open.
 func (m *Manager) Close() {
+	m.maintCancel()
+	<-m.maintDone
 	m.mu.Lock()
 	m.closed = true
 	all := m.shards

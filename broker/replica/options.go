@@ -79,6 +79,14 @@ type Options struct {
 	// Now stamps records whose client left Timestamp zero; nil means
 	// time.Now.
 	Now func() time.Time
+	// MaintainInterval is the time between maintenance passes (Maintain:
+	// deletion of whole segments below each log's floor, then retention);
+	// zero means DefaultMaintainInterval, negative runs none (call
+	// Maintain yourself).
+	MaintainInterval time.Duration
+	// Metrics receives the maintenance and log policy measurements; nil
+	// records none.
+	Metrics *Metrics
 }
 
 func (o Options) withDefaults() Options {
@@ -99,6 +107,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.MaintainInterval == 0 {
+		o.MaintainInterval = DefaultMaintainInterval
 	}
 	if o.ClientAddr == nil {
 		o.ClientAddr = o.Resolve

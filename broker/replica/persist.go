@@ -15,7 +15,9 @@ const (
 	chunkMaxBytes   = 2 << 20
 )
 
-// persist applies writes in order. Consecutive appends to one log are
+// persist applies writes in order: truncations (TruncateFrom), resets
+// (ResetAt) and appends (AppendReplicated), each log's recent-record cache
+// kept in step. Consecutive appends to one log are
 // contiguous by construction; they are written together, in chunks the
 // store accepts.
 func (s *shard) persist(ws []replication.LogWrite) error {
@@ -27,6 +29,16 @@ func (s *shard) persist(ws []replication.LogWrite) error {
 			if err := s.logs[w.Log].TruncateFrom(w.Offset); err != nil {
 				return fmt.Errorf("truncate %s/%s at %d: %w", s.id, w.Log, w.Offset, err)
 			}
+			i++
+		case replication.WriteReset:
+			// The leader's first stored offset is above what this log can
+			// match: drop every record, start empty at Offset.
+			s.recent[w.Log].reset()
+			if err := s.logs[w.Log].ResetAt(w.Offset); err != nil {
+				return fmt.Errorf("reset %s/%s at %d: %w", s.id, w.Log, w.Offset, err)
+			}
+			s.m.o.Logger.Info("log reset to start at the leader's first stored offset",
+				"shard", s.id.String(), "log", w.Log.String(), "offset", w.Offset)
 			i++
 		case replication.WriteAppend:
 			recs := w.Records

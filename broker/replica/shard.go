@@ -29,6 +29,7 @@ const (
 	evLookupFailed
 	evAssign
 	evKnownEpoch
+	evCompacted
 )
 
 // event is one input of a shard's drive loop.
@@ -41,6 +42,8 @@ type event struct {
 	sid    replication.StorageID
 	assign replication.Assignment
 	epoch  uint64
+	log    record.LogKind // evCompacted
+	offset uint64         // evCompacted: the log's first stored offset
 }
 
 // shard is one replica's runtime: the core, owned by the run goroutine,
@@ -60,6 +63,8 @@ type shard struct {
 	done     chan struct{}
 	stopOnce sync.Once
 
+	counters shipCounters // replication metrics, resolved once
+
 	status atomic.Pointer[replication.Status]
 	failed atomic.Pointer[error]
 
@@ -73,11 +78,14 @@ func newShard(m *Manager, id record.ShardID, replicas []replication.NodeID, mode
 		inbox: make(chan event, inboxSize), stopping: make(chan struct{}), done: make(chan struct{}),
 		waiters: map[replication.ProposalID]chan replication.Ack{}}
 	s.mode.Store(uint32(mode))
+	var peerNames []string
 	for _, n := range replicas {
 		if n != m.o.Self {
 			s.peers = append(s.peers, n)
+			peerNames = append(peerNames, string(n))
 		}
 	}
+	s.counters = m.o.Metrics.shardCounters(id.String(), peerNames)
 	for _, l := range record.LogKinds {
 		lid := record.LogID{ShardID: id, Log: l}
 		lg, ok := m.o.Store.Lookup(lid)
@@ -189,6 +197,8 @@ func (s *shard) apply(ev event) {
 		c.Assign(ev.assign)
 	case evKnownEpoch:
 		c.SetKnownEpoch(ev.epoch)
+	case evCompacted:
+		c.Compacted(ev.log, ev.offset)
 	}
 }
 
@@ -230,6 +240,9 @@ func (s *shard) sendOne(msg replication.Message) {
 		if err != nil {
 			s.m.o.Logger.Error(err, "cannot encode replication message", "shard", s.id.String())
 			return
+		}
+		if msg.Type == replication.MsgAppend {
+			s.counters.shipped(string(msg.To), len(b), len(msg.Records))
 		}
 		s.m.pool.Send(msg.To, msg.Conn, b)
 		return

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/replica"
 	"felix.dev/felix/broker/server"
 )
 
@@ -50,6 +50,7 @@ type brokerFlags struct {
 	nodeExpiry, passInterval   time.Duration
 	bootIDFile                 string
 	maintainInterval           time.Duration
+	segmentRecords             uint64
 }
 
 func newBrokerCmd() *cobra.Command {
@@ -73,6 +74,11 @@ serves the shards the operator assigns it [ID-4].
 concurrent appends), periodic (a background sync every --fsync-interval) or
 none. On SIGTERM or SIGINT the broker stops accepting, answers what it has
 read, closes and syncs the store and records a clean stop in run-state.
+
+Every --maintain-interval, in both modes, the broker deletes the whole
+segments below each log's floor (set by committed trims) and applies
+retention (in cluster mode each FelixStream's spec.retention; never on a
+fenced stream).
 
 Once serving it prints one JSON line to stdout with the bound addresses and
 the storage id; logs go to stderr as JSON lines.`,
@@ -104,7 +110,9 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 2*time.Second, "cluster mode: how often the heartbeat Lease is renewed")
 	fl.DurationVar(&f.nodeExpiry, "node-expiry", 10*time.Second, "cluster mode: the cluster's node expiry timeout")
 	fl.DurationVar(&f.passInterval, "pass-interval", 0, "cluster mode: replication pass interval (default 100ms)")
-	fl.DurationVar(&f.maintainInterval, "maintain-interval", time.Minute, "standalone: how often whole segments below each log's floor are deleted [TR-6] (0: never)")
+	fl.DurationVar(&f.maintainInterval, "maintain-interval", time.Minute, "how often whole segments below each log's floor are deleted [TR-6] and each stream's retention is applied [TR-7], in both modes (0: never)")
+	fl.Uint64Var(&f.segmentRecords, "segment-records", 0, "offsets per segment of logs created from now on, the unit of deletion (default 65536); for tests")
+	_ = fl.MarkHidden("segment-records")
 	fl.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the current boot id (default /proc/sys/kernel/random/boot_id); for tests that stand for a machine restart")
 	_ = fl.MarkHidden("boot-id-file")
 	_ = cmd.MarkFlagRequired("data-dir")
@@ -112,7 +120,7 @@ the storage id; logs go to stderr as JSON lines.`,
 }
 
 func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
-	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(os.Stderr, obj) }, funcr.Options{Verbosity: f.verbosity}).WithName("broker")
+	log := newJSONLogger(os.Stderr, f.verbosity).WithName("broker")
 	mode, err := logstore.ParseFsyncMode(f.fsync)
 	if err != nil {
 		return err
@@ -128,6 +136,11 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	}
 
 	if !f.standalone {
+		if f.maintainInterval <= 0 {
+			// The flag's 0 (never) is the member's negative; its 0 means
+			// the default.
+			f.maintainInterval = -1
+		}
 		return runMember(cmd, f, log, mode, tlsConf)
 	}
 	// [ID-4], standalone: identity and run-state before any store opens.
@@ -155,8 +168,12 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	maintMetrics, err := replica.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(f.dataDir, logStoreDir), Fsync: mode, FsyncInterval: f.fsyncInterval,
-		AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics})
+		SegmentRecords: f.segmentRecords, ValueThreshold: logstore.BrokerValueThreshold, AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -191,7 +208,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pl) }()
 	if f.maintainInterval > 0 {
-		go maintain(cmd.Context(), log.WithName("maintain"), store, f.maintainInterval)
+		go maintain(cmd.Context(), log.WithName("maintain"), store, maintMetrics, f.maintainInterval)
 	}
 	go func() { _ = httpSrv.Serve(hl) }()
 
@@ -236,11 +253,12 @@ func stopBroker(log logr.Logger, f brokerFlags, srv *server.Server, store *logst
 }
 
 // maintain deletes whole segments below each log's floor (never the active
-// one, so the floor-setting trim record survives [TR-6]) every interval
-// until ctx ends. A standalone broker has no followers to copy from its
-// floor, so deleting is safe here; cluster members keep their segments
-// until followers can catch up from a leader's floor.
-func maintain(ctx context.Context, log logr.Logger, store *logstore.Store, every time.Duration) {
+// one, so the floor-setting trim record survives [TR-6]) and applies each
+// log's retention [TR-7] every interval until ctx ends (a standalone
+// broker's logs have no other replica). Cluster members run the same pass
+// in their replica manager (replica.Options.MaintainInterval), which also
+// tells each shard's replication core where its logs now start.
+func maintain(ctx context.Context, log logr.Logger, store *logstore.Store, metrics *replica.Metrics, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -249,12 +267,19 @@ func maintain(ctx context.Context, log logr.Logger, store *logstore.Store, every
 			return
 		case <-t.C:
 		}
-		res, err := store.Maintain(ctx)
-		if err != nil && ctx.Err() == nil {
+		t0 := time.Now()
+		res, err := replica.MaintainStore(ctx, store)
+		if ctx.Err() != nil {
+			return
+		}
+		metrics.ObservePass(res, time.Since(t0))
+		if err != nil {
 			log.Error(err, "maintenance")
 		}
-		if res.Segments > 0 {
-			log.Info("deleted segments below the floor", "segments", res.Segments, "records", res.Records, "bytes", res.Bytes)
+		if res.Deleted() {
+			log.Info("maintenance deleted segments", "logs", res.Logs,
+				"floorSegments", res.Floor.Segments, "floorRecords", res.Floor.Records, "floorBytes", res.Floor.Bytes,
+				"retentionSegments", res.Retention.Segments, "retentionRecords", res.Retention.Records, "retentionBytes", res.Retention.Bytes)
 		}
 	}
 }

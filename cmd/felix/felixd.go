@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -98,7 +97,7 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 	if f.stream == "" || f.workload == "" {
 		return errors.New("--stream and --workload are required")
 	}
-	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(cmd.ErrOrStderr(), obj) }, funcr.Options{Verbosity: f.verbosity}).
+	log := newJSONLogger(cmd.ErrOrStderr(), f.verbosity).
 		WithName("felixd").WithValues("workload", f.workload)
 	if f.identity == "" {
 		host, _ := os.Hostname()

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -52,7 +51,7 @@ func newOperatorCmd() *cobra.Command {
 
 func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	out := cmd.ErrOrStderr()
-	logger := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(out, obj) }, funcr.Options{Verbosity: o.verbosity}).WithName("operator")
+	logger := newJSONLogger(out, o.verbosity).WithName("operator")
 	ctrl.SetLogger(logger)
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
