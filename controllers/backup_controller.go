@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -91,6 +93,13 @@ func (r *FelixBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	if ready == len(st.Snapshots) {
+		// Read after every snapshot was seen ready, so after each was
+		// cut: the epochs bound every epoch inside them.
+		epochs, err := r.shardEpochs(ctx, b.Namespace, b.Spec.Cluster, now)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		st.Epochs = epochs
 		st.Phase = felixv1.BackupCompleted
 		st.CompletedAt = &now
 		st.Conditions = setConditions(st.Conditions, b.Generation, now,
@@ -98,7 +107,7 @@ func (r *FelixBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := r.patchStatus(ctx, &b, st, now); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.event(&b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "%d VolumeSnapshots of cluster %s ready", ready, b.Spec.Cluster)
+		r.event(&b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "%d VolumeSnapshots of cluster %s ready; epochs of %d shards recorded", ready, b.Spec.Cluster, len(st.Epochs.Shards))
 		return ctrl.Result{}, nil
 	}
 	st.Conditions = setConditions(st.Conditions, b.Generation, now,
@@ -107,6 +116,55 @@ func (r *FelixBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: backupPoll}, nil
+}
+
+// shardEpochs reads, from the API server (not the cache, which may lag
+// behind the snapshots), the assignment epoch of every FelixShard of the
+// cluster. Called only after every snapshot of the backup was seen
+// readyToUse: a replica fences or writes at epoch E only after the
+// operator assigned E, and assignments only grow, so the epoch read now
+// is at least every epoch a snapshot can hold for the shard. A shard
+// without the cluster label (created by an older operator) belongs to the
+// cluster its stream names.
+func (r *FelixBackupReconciler) shardEpochs(ctx context.Context, ns, cluster string, now metav1.Time) (*felixv1.RecordedEpochs, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var shards felixv1.FelixShardList
+	if err := reader.List(ctx, &shards, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list FelixShards to record epochs: %w", err)
+	}
+	var streams felixv1.FelixStreamList
+	if err := reader.List(ctx, &streams, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list FelixStreams to record epochs: %w", err)
+	}
+	streamCluster := map[string]string{}
+	for _, s := range streams.Items {
+		streamCluster[s.Name] = s.Spec.Cluster
+	}
+	out := &felixv1.RecordedEpochs{RecordedAt: now, Shards: []felixv1.ShardEpoch{}}
+	for _, sh := range shards.Items {
+		owner := sh.Labels[LabelCluster]
+		if owner == "" {
+			owner = streamCluster[sh.Spec.Stream]
+		}
+		if owner != cluster {
+			continue
+		}
+		e := felixv1.ShardEpoch{Stream: sh.Spec.Stream, Index: sh.Spec.Index}
+		if a := sh.Status.Assignment; a != nil {
+			e.Epoch = a.Epoch
+		}
+		out.Shards = append(out.Shards, e)
+	}
+	slices.SortFunc(out.Shards, func(a, b felixv1.ShardEpoch) int {
+		if c := strings.Compare(a.Stream, b.Stream); c != 0 {
+			return c
+		}
+		return int(a.Index) - int(b.Index)
+	})
+	return out, nil
 }
 
 // ensureSnapshot returns the VolumeSnapshot of s, creating it (owned by

@@ -59,6 +59,14 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false })
 	}
 	obs := clusterObservation{Desired: c.Spec.Brokers, Blocked: map[string][]string{}}
+	refused, err := r.recordRestoreEpochs(ctx, &c)
+	switch {
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	obs.RestoreRefused = refused
 
 	var existing felixv1.FelixBrokerList
 	if err := r.Client.List(ctx, &existing, client.InNamespace(c.Namespace), client.MatchingLabels{LabelCluster: c.Name}); err != nil {
@@ -104,6 +112,11 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	requeue, err := r.scaleDown(ctx, &c, existing.Items, &obs)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if obs.RestoreRefused != "" {
+		if prev := meta.FindStatusCondition(c.Status.Conditions, felixv1.ConditionDegraded); prev == nil || prev.Reason != RestoreRefusedReason {
+			r.event(&c, corev1.EventTypeWarning, "RestoreRefused", "Restore", "%s", obs.RestoreRefused)
+		}
 	}
 	if err := r.patchStatus(ctx, &c, obs); err != nil {
 		if apierrors.IsConflict(err) {

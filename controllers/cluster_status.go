@@ -31,6 +31,9 @@ type clusterObservation struct {
 	// RestoreWaiting names the FelixBackup a restored cluster waits for
 	// (missing or not Completed); its volumes and pods are not created.
 	RestoreWaiting string
+	// RestoreRefused says why a restored cluster takes nothing from its
+	// backup (it recorded no shard epochs and no floor is set).
+	RestoreRefused string
 }
 
 // brokerObservation is one broker's registry entry as the cluster sees it.
@@ -69,6 +72,8 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		conds = append(conds, cond(felixv1.ConditionReady, false, "BrokersNotReady", fmt.Sprintf("%d/%d brokers registered and up", ready, obs.Desired)))
 	}
 	switch {
+	case obs.RestoreRefused != "":
+		conds = append(conds, cond(felixv1.ConditionProgressing, false, RestoreRefusedReason, obs.RestoreRefused))
 	case obs.RestoreWaiting != "":
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "WaitingForBackup", fmt.Sprintf("restore waits for FelixBackup %s to exist and complete", obs.RestoreWaiting)))
 	case obs.Created > 0 || missing > 0:
@@ -89,6 +94,8 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		conds = append(conds, cond(felixv1.ConditionProgressing, false, "Reconciled", "all brokers exist"))
 	}
 	switch {
+	case obs.RestoreRefused != "":
+		conds = append(conds, cond(felixv1.ConditionDegraded, true, RestoreRefusedReason, obs.RestoreRefused))
 	case len(obs.Blocked) > 0:
 		conds = append(conds, cond(felixv1.ConditionDegraded, true, "ScaleDownBlocked", blockedMessage(obs.Blocked)))
 	case len(down) > 0:

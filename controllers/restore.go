@@ -50,6 +50,12 @@ func (r *FelixClusterReconciler) restoreSource(ctx context.Context, c *felixv1.F
 	if c.Spec.Restore == nil || registered {
 		return "", false, nil
 	}
+	if c.Status.Restore == nil {
+		// The backup's epochs are not recorded on the cluster yet (or the
+		// restore is refused): no volume comes from the backup before
+		// the epochs its shards must start above are kept.
+		return "", true, nil
+	}
 	var b felixv1.FelixBackup
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.Restore.Backup}, &b); {
 	case apierrors.IsNotFound(err):
@@ -66,6 +72,54 @@ func (r *FelixClusterReconciler) restoreSource(ctx context.Context, c *felixv1.F
 		}
 	}
 	return "", false, nil
+}
+
+// RestoreRefusedReason is the Degraded reason of a restored cluster whose
+// backup recorded no shard epochs and whose spec.restore sets no
+// epochFloor: its shards could not be started above the epochs of the
+// restored logs, so nothing is restored.
+const RestoreRefusedReason = "BackupWithoutEpochs"
+
+// recordRestoreEpochs copies, once, the shard epochs the cluster's
+// backup recorded (and spec.restore.epochFloor) into status.restore,
+// before any volume is created from the backup. Shards of the cluster are
+// created only after it is set (see FelixStreamReconciler), each starting
+// above its recorded epoch, so a new leader never fences below the
+// records of the restored logs; keeping the record on the cluster lets
+// streams be created after the backup is deleted. It returns a non-empty
+// refusal when the backup is Completed but recorded no epochs (taken by an
+// operator that did not record them) and no floor is set. A missing or
+// unfinished backup records nothing yet (restoreSource waits for it).
+func (r *FelixClusterReconciler) recordRestoreEpochs(ctx context.Context, c *felixv1.FelixCluster) (refused string, err error) {
+	if c.Spec.Restore == nil || c.Status.Restore != nil {
+		return "", nil
+	}
+	var b felixv1.FelixBackup
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.Restore.Backup}, &b); {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	if b.Status.Phase != felixv1.BackupCompleted {
+		return "", nil
+	}
+	floor := c.Spec.Restore.EpochFloor
+	if b.Status.Epochs == nil && floor == 0 {
+		return fmt.Sprintf("FelixBackup %s recorded no shard epochs (taken by an older operator): restored shards could not start above the epochs in their logs, "+
+			"so nothing is restored; take a new backup, or create the cluster again with spec.restore.epochFloor at least the highest epoch the source cluster's shards reached", b.Name), nil
+	}
+	orig := c.DeepCopy()
+	c.Status.Restore = &felixv1.RestoreStatus{Backup: b.Name, EpochFloor: floor, Epochs: b.Status.Epochs.DeepCopy()}
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil {
+		return "", fmt.Errorf("record restore epochs of FelixBackup %s: %w", b.Name, err)
+	}
+	n := 0
+	if b.Status.Epochs != nil {
+		n = len(b.Status.Epochs.Shards)
+	}
+	r.event(c, corev1.EventTypeNormal, "RestoreEpochsRecorded", "Restore", "took the epochs of %d shards from FelixBackup %s (epoch floor %d); restored shards start above them", n, b.Name, floor)
+	return "", nil
 }
 
 // restorePVC makes p start as a copy of snapshot, with restore-point

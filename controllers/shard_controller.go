@@ -100,6 +100,12 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		NodeExpiry: nodeExpiry,
 		Heartbeat:  heartbeat,
 	})
+	if d.Action == placement.Promote && sh.Spec.FirstEpoch > 0 && d.Epoch < uint64(sh.Spec.FirstEpoch) {
+		// A restored shard: its logs may hold records up to FirstEpoch-1,
+		// so its first fence goes above them, and later promotions count
+		// up from there.
+		d.Epoch = uint64(sh.Spec.FirstEpoch)
+	}
 
 	mnow := metav1.NewTime(now)
 	want := shardStatus{Assignment: sh.Status.Assignment.DeepCopy()}
@@ -186,8 +192,12 @@ func (r *FelixShardReconciler) emit(sh *felixv1.FelixShard, d placement.Decision
 	}
 	switch d.Action {
 	case placement.Promote:
-		if d.Epoch == 1 {
-			r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s leads at epoch 1 (new shard)", d.Leader)
+		if d.Reason == placement.ReasonNewShard {
+			if sh.Spec.FirstEpoch > 1 {
+				r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s leads at epoch %d (new shard of a restored cluster: above every epoch its restored logs can hold)", d.Leader, d.Epoch)
+				return
+			}
+			r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s leads at epoch %d (new shard)", d.Leader, d.Epoch)
 			return
 		}
 		prev := ""

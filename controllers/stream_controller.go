@@ -52,7 +52,7 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if replicas == 0 {
 		replicas = 3
 	}
-	var blocked *metav1.Condition
+	var blocked, waiting *metav1.Condition
 	var requeue time.Duration
 	created := 0
 
@@ -70,8 +70,16 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		c := cond(felixv1.ConditionDegraded, true, "FencedWithRetention",
 			"a fenced stream must keep retention off: retention can delete the write that fences a stale writer [TR-7]; no shard is placed")
 		blocked = &c
+	case cluster.Spec.Restore != nil && cluster.Status.Restore == nil:
+		// A restored cluster's shards start above the epochs its backup
+		// recorded; until the cluster has taken them (or while it refuses
+		// the backup) no shard is created.
+		c := cond(felixv1.ConditionProgressing, true, "WaitingForRestore",
+			fmt.Sprintf("cluster %s is restored from FelixBackup %s and has not recorded the backup's shard epochs yet (see the cluster's conditions); shards are created once it has, so they start above the epochs in the restored logs",
+				cluster.Name, cluster.Spec.Restore.Backup))
+		waiting = &c
 	default:
-		n, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, replicas)
+		n, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, cluster.Status.Restore, replicas)
 		created = n
 		var short *errNotEnoughBrokers
 		switch {
@@ -88,7 +96,7 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Client.List(ctx, &shards, client.InNamespace(s.Namespace), client.MatchingLabels{LabelStream: s.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.patchStatus(ctx, &s, shards.Items, created, blocked); err != nil {
+	if err := r.patchStatus(ctx, &s, shards.Items, created, blocked, waiting); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
@@ -133,8 +141,9 @@ func (r *FelixStreamReconciler) brokerSlots(ctx context.Context, c *felixv1.Feli
 }
 
 // ensureShards creates the stream's missing shards and returns how many it
-// created.
-func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), replicas int) (int, error) {
+// created. On a restored cluster (restore non-nil) each shard's FirstEpoch
+// is one above the epoch its backup recorded for it and the floor.
+func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), restore *felixv1.RestoreStatus, replicas int) (int, error) {
 	var slots []brokerSlot
 	listed := false
 	shards := s.Spec.Shards
@@ -170,6 +179,9 @@ func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.Fel
 			}},
 			Spec: felixv1.FelixShardSpec{Stream: s.Name, Index: i, Replicas: set},
 		}
+		if restore != nil {
+			sh.Spec.FirstEpoch = restore.FirstEpoch(s.Name, i)
+		}
 		if err := controllerutil.SetControllerReference(s, sh, r.Client.Scheme()); err != nil {
 			return created, err
 		}
@@ -186,7 +198,10 @@ func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.Fel
 
 // patchStatus computes readyShards and the conditions once and patches
 // them when they changed.
-func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.FelixStream, shards []felixv1.FelixShard, created int, blocked *metav1.Condition) error {
+//
+// blocked is a Degraded condition that keeps shards from being placed;
+// held a Progressing one that holds them back for now.
+func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.FelixStream, shards []felixv1.FelixShard, created int, blocked, held *metav1.Condition) error {
 	want := s.Spec.Shards
 	if want == 0 {
 		want = 1
@@ -205,10 +220,12 @@ func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.Feli
 	}
 	var conds []metav1.Condition
 	summary := fmt.Sprintf("%d/%d shards ready", ready, want)
-	conds = append(conds, cond(felixv1.ConditionReady, ready == want && blocked == nil, readyReason(ready == want), summary))
+	conds = append(conds, cond(felixv1.ConditionReady, ready == want && blocked == nil && held == nil, readyReason(ready == want), summary))
 	switch {
 	case blocked != nil:
 		conds = append(conds, cond(felixv1.ConditionProgressing, false, blocked.Reason, blocked.Message), *blocked)
+	case held != nil:
+		conds = append(conds, *held, cond(felixv1.ConditionDegraded, false, "AsExpected", "nothing blocks the stream"))
 	case created > 0 || int32(len(shards)) < want || assigned < want:
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "PlacingShards", fmt.Sprintf("%d/%d shards exist, %d assigned", len(shards), want, assigned)),
 			cond(felixv1.ConditionDegraded, false, "AsExpected", "nothing blocks the stream"))

@@ -70,11 +70,52 @@ type FelixBackupStatus struct {
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
 
+	// Epochs records, per shard of the cluster, the shard's assignment
+	// epoch read after every snapshot was ready. Epochs only grow, and a
+	// replica writes a record of epoch E only after the operator assigned
+	// E, so each recorded epoch bounds every epoch the snapshots can hold
+	// for that shard; a restored cluster starts the shard above it. Set in
+	// the same write that marks the backup Completed; absent from backups
+	// taken by operators that did not record epochs, which a restore
+	// refuses unless spec.restore.epochFloor is set.
+	// +optional
+	Epochs *RecordedEpochs `json:"epochs,omitempty"`
+
 	// Conditions: Ready (the backup is usable for a restore).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RecordedEpochs is the shard epochs of a backed-up cluster, read after
+// its snapshots were cut.
+type RecordedEpochs struct {
+	// RecordedAt is when the epochs were read (after every snapshot was
+	// readyToUse).
+	RecordedAt metav1.Time `json:"recordedAt"`
+	// Shards lists every FelixShard of the cluster at RecordedAt; a shard
+	// that is not listed did not exist then.
+	// +listType=map
+	// +listMapKey=stream
+	// +listMapKey=index
+	// +optional
+	Shards []ShardEpoch `json:"shards,omitempty"`
+}
+
+// ShardEpoch is one shard's assignment epoch.
+type ShardEpoch struct {
+	// Stream is the shard's FelixStream name; brokers name a shard's logs
+	// by stream and index, so a restored cluster's stream of the same
+	// name finds them.
+	Stream string `json:"stream"`
+	// Index is the shard's index within its stream.
+	// +kubebuilder:validation:Minimum=0
+	Index int32 `json:"index"`
+	// Epoch is status.assignment.epoch of the shard (0 when it was never
+	// assigned a leader): no record in the shard's logs has a later epoch.
+	// +kubebuilder:validation:Minimum=0
+	Epoch int64 `json:"epoch"`
 }
 
 // FelixBackup is a crash-consistent, per-broker set of VolumeSnapshots of a

@@ -65,6 +65,16 @@ type RestoreSpec struct {
 	// PVCs and pods wait until it is Completed.
 	// +kubebuilder:validation:MinLength=1
 	Backup string `json:"backup"`
+
+	// EpochFloor, when set, makes every shard of the restored cluster
+	// start at an epoch above it (and above the epoch the backup recorded
+	// for the shard). It is needed only to restore a backup that recorded
+	// no epochs (taken by an older operator), which is refused without
+	// it: set it to at least the highest epoch any shard of the source
+	// cluster ever reached (a larger value is always safe).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	EpochFloor int64 `json:"epochFloor,omitempty"`
 }
 
 // StorageSpec is the persistent volume of one broker.
@@ -106,11 +116,50 @@ type FelixClusterStatus struct {
 	// +optional
 	ReadyBrokers int32 `json:"readyBrokers,omitempty"`
 
+	// Restore is what a restored cluster took from its backup before it
+	// created any volume from it: the shard epochs the backup recorded
+	// and spec.restore.epochFloor. Shards of the cluster are created only
+	// once it is set, each starting above its recorded epoch and the
+	// floor, so the cluster keeps working after the backup is deleted.
+	// +optional
+	Restore *RestoreStatus `json:"restore,omitempty"`
+
 	// Conditions: Ready, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RestoreStatus is the epoch record a restored cluster took from its
+// backup.
+type RestoreStatus struct {
+	// Backup is the FelixBackup the record was taken from.
+	Backup string `json:"backup"`
+	// EpochFloor is spec.restore.epochFloor when the record was taken (0:
+	// unset).
+	// +optional
+	EpochFloor int64 `json:"epochFloor,omitempty"`
+	// Epochs are the backup's recorded shard epochs; absent when the
+	// backup recorded none and the floor alone applies.
+	// +optional
+	Epochs *RecordedEpochs `json:"epochs,omitempty"`
+}
+
+// FirstEpoch is the epoch a shard (stream, index) of the restored
+// cluster starts at: one above both the epoch the backup recorded for it
+// (0 when not recorded: the shard did not exist at the backup) and the
+// floor.
+func (r *RestoreStatus) FirstEpoch(stream string, index int32) int64 {
+	base := r.EpochFloor
+	if r.Epochs != nil {
+		for _, s := range r.Epochs.Shards {
+			if s.Stream == stream && s.Index == index && s.Epoch > base {
+				base = s.Epoch
+			}
+		}
+	}
+	return base + 1
 }
 
 // FelixCluster is a set of Felix brokers run by the operator.

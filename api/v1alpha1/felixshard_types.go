@@ -6,6 +6,7 @@ import (
 
 // FelixShardSpec is one shard of a stream and its replica set. The operator
 // creates it from the FelixStream and owns it.
+// +kubebuilder:validation:XValidation:rule="has(self.firstEpoch) == has(oldSelf.firstEpoch)",message="firstEpoch is set at creation only"
 type FelixShardSpec struct {
 	// Stream is the FelixStream this shard belongs to.
 	// +kubebuilder:validation:MinLength=1
@@ -23,6 +24,17 @@ type FelixShardSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="replicas must name distinct brokers"
 	// +listType=atomic
 	Replicas []string `json:"replicas"`
+
+	// FirstEpoch is the epoch of the shard's first assignment; later
+	// promotions count up from it. Unset means 1. The operator sets it on
+	// the shards of a cluster restored from a backup, above every epoch
+	// the restored logs can hold for the shard (the epoch the backup
+	// recorded plus one), so a new leader's fence follows the restored
+	// records instead of going back to epoch 1.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="firstEpoch cannot change after creation"
+	// +optional
+	FirstEpoch int64 `json:"firstEpoch,omitempty"`
 }
 
 // Assignment is the operator's decision of who leads a shard.

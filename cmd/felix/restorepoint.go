@@ -22,8 +22,10 @@ func newRestorePointCmd() *cobra.Command {
 snapshot or a copy. It first deletes storage-id [ID-5], so the broker's next
 start makes a new storage id and its leaders copy the shard again from the
 base instead of trusting positions learned from the newer copy. Only then does
-it cut every log to its committed mark: records above the mark were never
-acknowledged under Quorum and are dropped.
+it open the log store, which brings every log to the prefix that reached the
+disk (a snapshot of a running broker can end in the middle of a write), and
+close it. It drops nothing else: which records of a shard survive is decided
+by the shard's recovery when its replicas are back.
 
 The operator runs it as an init step on a restored broker's first start only.
 Run it by hand on a directory you put back yourself (see docs/backup-restore.md).
@@ -36,7 +38,7 @@ No broker may hold the directory while it runs.`,
 			}
 			log := newLogger(cmd.ErrOrStderr())
 			return datadir.RestorePoint(cmd.Context(), dataDir, datadir.RestoreOptions{
-				Cut:    cutToCommitted,
+				Cut:    openConsistent,
 				Logger: log.WithName("restore-point"),
 			})
 		},
@@ -45,34 +47,29 @@ No broker may hold the directory while it runs.`,
 	return cmd
 }
 
-// cutToCommitted truncates every log of the store in dataDir to its
-// committed mark. A directory without a log store (a broker that never
-// opened one) has nothing to cut.
-func cutToCommitted(ctx context.Context, dataDir string) error {
+// openConsistent is restore-point's log step: it opens the log store in
+// dataDir, which recovers every log to the prefix that reached the disk
+// (logstore's open-time checks), and closes it, so the broker's first
+// start finds logs it can serve whole. It cuts nothing above that prefix.
+// A cluster member's log store does not hold the shard's committed
+// position (the replication core learns it from its leader and the store
+// persists it only when it moves a floor), so a cut at the stored mark
+// would drop acknowledged records; records a restored copy holds beyond
+// what was committed are sorted out by the shard's recovery like any
+// uncommitted suffix. A directory without a log store (a broker that never
+// opened one) has nothing to open.
+func openConsistent(ctx context.Context, dataDir string) error {
 	dir := filepath.Join(dataDir, logStoreDir)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	store, err := logstore.Open(logstore.Options{Dir: dir, Fsync: logstore.FsyncOnCommit})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	store, err := logstore.Open(logstore.Options{Dir: dir, Fsync: logstore.FsyncOnCommit,
+		ValueThreshold: logstore.BrokerValueThreshold})
 	if err != nil {
 		return fmt.Errorf("open log store: %w", err)
-	}
-	for _, id := range store.Logs() {
-		if err := ctx.Err(); err != nil {
-			_ = store.Close()
-			return err
-		}
-		l, ok := store.Lookup(id)
-		if !ok {
-			continue
-		}
-		info := l.Describe()
-		if info.Tail > info.Committed {
-			if err := l.TruncateFrom(info.Committed); err != nil {
-				_ = store.Close()
-				return fmt.Errorf("cut %s at %d: %w", id, info.Committed, err)
-			}
-		}
 	}
 	return store.Close()
 }
