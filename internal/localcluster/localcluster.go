@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 
 	"felix.dev/felix/internal/podrunner"
 	"felix.dev/felix/internal/snapshots"
@@ -42,12 +44,21 @@ type Options struct {
 }
 
 // Cluster is a running local cluster. Stop ends everything it started.
+//
+// Env.Client and Env.Config reach the API server directly; everything the
+// cluster runs (operator, podrunner, snapshot controller, pods) reaches it
+// through a relay that APIServerDown and APIServerUp close and reopen, so
+// a test can take the API server away from the product while it keeps
+// observing through its own client.
 type Cluster struct {
-	Env        *testenv.Env
-	Runner     *podrunner.Runner
+	Env    *testenv.Env
+	Runner *podrunner.Runner
+	// Kubeconfig is the kubeconfig of the operator and the pods (through
+	// the relay).
 	Kubeconfig string
 	StateDir   string
 
+	relay    *apiRelay
 	cancel   context.CancelFunc
 	done     chan struct{}
 	operator *exec.Cmd
@@ -77,7 +88,19 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
-	if err := testenv.WriteKubeconfig(env.Config, c.Kubeconfig); err != nil {
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		return fail(fmt.Errorf("localcluster: API server address %q: %w", env.Config.Host, err))
+	}
+	relay, err := newAPIRelay(u.Host)
+	if err != nil {
+		return fail(err)
+	}
+	c.relay = relay
+	// The API server's certificate names 127.0.0.1, whatever the port.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host = "https://" + relay.addr
+	if err := testenv.WriteKubeconfig(cfg, c.Kubeconfig); err != nil {
 		return fail(err)
 	}
 	if err := snapshots.InstallCRDs(ctx, env.Config); err != nil {
@@ -89,7 +112,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	runner, err := podrunner.New(podrunner.Config{
 		Docker:     docker,
-		RestConfig: env.Config, Namespaces: o.Namespaces, StateDir: o.StateDir,
+		RestConfig: cfg, Namespaces: o.Namespaces, StateDir: o.StateDir,
 		Images:     map[string]string{"felix": o.Felix},
 		Kubeconfig: c.Kubeconfig, MaxProbePeriod: time.Second,
 		RestartBackoff: 500 * time.Millisecond, MaxRestartBackoff: 5 * time.Second,
@@ -99,7 +122,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return fail(err)
 	}
 	c.Runner = runner
-	snaps, err := snapshots.New(snapshots.Config{RestConfig: env.Config, Namespaces: o.Namespaces,
+	snaps, err := snapshots.New(snapshots.Config{RestConfig: cfg, Namespaces: o.Namespaces,
 		StateDir: o.StateDir, Freezer: runner, Logger: log.WithName("snapshots")})
 	if err != nil {
 		return fail(err)
@@ -136,6 +159,23 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	return c, nil
 }
 
+// APIServerDown makes the API server unreachable for everything the
+// cluster runs: established connections are cut and new ones refused (as a
+// stopped API server's port refuses them) until APIServerUp. The API
+// server itself keeps running, so the test's own client (Env.Client) still
+// works and no state is lost.
+func (c *Cluster) APIServerDown() {
+	c.relay.down()
+}
+
+// APIServerUp makes the API server reachable again on the same address.
+func (c *Cluster) APIServerUp() error {
+	if c.relay == nil {
+		return errClosedRelay
+	}
+	return c.relay.up()
+}
+
 // Stop stops the operator, every pod process, the controllers and the API
 // server.
 func (c *Cluster) Stop() {
@@ -151,6 +191,9 @@ func (c *Cluster) Stop() {
 	if c.cancel != nil {
 		c.cancel()
 		<-c.done
+	}
+	if c.relay != nil {
+		c.relay.down()
 	}
 	if c.Env != nil {
 		_ = c.Env.Stop()

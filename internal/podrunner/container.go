@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -29,6 +30,10 @@ type containerState struct {
 	ready    bool
 	proc     *process
 	frozen   bool
+	// lastEnv is the environment resolved at the container's previous
+	// start: reused when the API server cannot be reached, as the
+	// kubelet's ConfigMap and Secret caches serve the last values seen.
+	lastEnv *envVars
 }
 
 // restartDelay is the backoff before the n-th consecutive restart (n >= 1).
@@ -82,7 +87,21 @@ func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, e
 		env.set("KUBECONFIG", kc)
 	}
 	user, err := resolveEnv(ctx, w.r.reader, w.pod, c, w.ip, w.r.cfg.NodeName)
-	if err != nil {
+	w.mu.Lock()
+	last := cs.lastEnv
+	w.mu.Unlock()
+	switch {
+	case err == nil:
+		w.mu.Lock()
+		cs.lastEnv = user
+		w.mu.Unlock()
+	case last != nil && unreachable(err):
+		// A restart while the API server is down: the kubelet starts
+		// the container with what its caches last saw.
+		w.log.Info("API server unreachable; restarting with the environment of the previous start",
+			"container", c.Name, "err", err.Error())
+		user = last
+	default:
 		return nil, err
 	}
 	for _, n := range user.names {
@@ -123,6 +142,13 @@ func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, e
 		}, w.r.now())
 	}
 	return startProcess(procSpec{path: bin, args: argv, env: env.list(), dir: dir, out: w.logFile}, w.r.now())
+}
+
+// unreachable reports whether err is a failure to reach the API server
+// (no answer), rather than an answer such as NotFound or Forbidden.
+func unreachable(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.As(err, &status)
 }
 
 // dockerMounts lists the host directories a container needs at the same

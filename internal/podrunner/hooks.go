@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -35,6 +36,16 @@ func (r *Runner) signalPod(namespace, name string, sig func(*containerState) err
 func (r *Runner) Kill(namespace, name string) error {
 	return r.signalPod(namespace, name, func(cs *containerState) error {
 		return cs.proc.signal(syscall.SIGKILL)
+	})
+}
+
+// Terminate sends SIGTERM to every container process of the pod (a clean
+// stop: the program shuts down on its own terms). The runner restarts the
+// containers per the pod's restartPolicy, counting restarts, as it does
+// after Kill; in container mode it is docker kill --signal 15.
+func (r *Runner) Terminate(namespace, name string) error {
+	return r.signalPod(namespace, name, func(cs *containerState) error {
+		return cs.proc.signal(syscall.SIGTERM)
 	})
 }
 
@@ -78,6 +89,64 @@ func (r *Runner) WipeVolume(namespace, claim string) error {
 	for _, e := range entries {
 		if err := os.RemoveAll(dir + string(os.PathSeparator) + e.Name()); err != nil {
 			return fmt.Errorf("podrunner: wipe %s/%s: %w", namespace, claim, err)
+		}
+	}
+	return nil
+}
+
+// CopyVolume copies the directory of claim namespace/claim to dst (which
+// must not exist) with the processes using the claim frozen meanwhile, so
+// the copy is crash-consistent, as a volume snapshot is. It returns the
+// bytes copied. RestoreVolume puts such a copy back.
+func (r *Runner) CopyVolume(namespace, claim, dst string) (int64, error) {
+	thaw, err := r.FreezeClaim(namespace, claim)
+	if err != nil {
+		return 0, err
+	}
+	defer thaw()
+	r.volMu.Lock()
+	defer r.volMu.Unlock()
+	n, err := CopyDir(ClaimDir(r.cfg.StateDir, namespace, claim), dst)
+	if err != nil {
+		return 0, fmt.Errorf("podrunner: copy volume %s/%s: %w", namespace, claim, err)
+	}
+	return n, nil
+}
+
+// RestoreVolume replaces the content of claim namespace/claim's directory
+// with a copy of src (a volume rolled back to an older copy, e.g. one
+// CopyVolume made). As with WipeVolume, running processes keep their open
+// files: pair it with Kill for "restart on the restored disk".
+func (r *Runner) RestoreVolume(namespace, claim, src string) error {
+	r.volMu.Lock()
+	defer r.volMu.Unlock()
+	dir := ClaimDir(r.cfg.StateDir, namespace, claim)
+	tmp := dir + ".restore"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("podrunner: restore %s/%s: %w", namespace, claim, err)
+	}
+	if _, err := CopyDir(src, tmp); err != nil {
+		return fmt.Errorf("podrunner: restore %s/%s: %w", namespace, claim, err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("podrunner: restore %s/%s: %w", namespace, claim, err)
+	}
+	// The claim directory itself stays (its mounts and ownership file are
+	// tied to it); its entries are replaced.
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("podrunner: restore %s/%s: %w", namespace, claim, err)
+		}
+	}
+	moved, err := os.ReadDir(tmp)
+	if err != nil {
+		return fmt.Errorf("podrunner: restore %s/%s: %w", namespace, claim, err)
+	}
+	for _, e := range moved {
+		if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("podrunner: restore %s/%s: %w", namespace, claim, err)
 		}
 	}
 	return nil

@@ -1,6 +1,9 @@
 // Package e2e runs real `felix broker` processes as cluster members against a
 // real kube-apiserver with the Felix operator's reconcilers, on loopback with
-// real badger directories.
+// real badger directories. The test starts the broker processes itself
+// (standing in for the kubelet), so a test can give a broker flags no pod
+// spec has. The scenarios that run on the whole product (operator process,
+// podrunner-run pods) are in test/localcluster.
 package e2e
 
 import (
@@ -235,4 +238,44 @@ func (c *cluster) addressOf(name string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.brokers[name].addr
+}
+
+func (c *cluster) createStream(t *testing.T, name string, replicas int32) {
+	t.Helper()
+	st := &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace},
+		Spec: felixv1.FelixStreamSpec{Cluster: c.name, Shards: 1, Replicas: replicas, Ack: felixv1.AckQuorum}}
+	if err := c.c.Create(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("an assignment for "+name, 60*time.Second, func() (bool, string) {
+		sh := c.shard(name, 0)
+		return sh != nil && sh.Status.Assignment != nil, "no assignment yet"
+	})
+}
+
+func (c *cluster) registered(t *testing.T, name string) felixv1.FelixBrokerStatus {
+	t.Helper()
+	var b felixv1.FelixBroker
+	if err := c.c.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: name}, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Status
+}
+
+// shardState renders what a timeout message needs to explain a shard.
+func shardState(sh *felixv1.FelixShard) string {
+	if sh == nil {
+		return "no shard"
+	}
+	s := fmt.Sprintf("caughtUp=%s", sh.Status.CaughtUp)
+	if a := sh.Status.Assignment; a != nil {
+		s += fmt.Sprintf(" assignment=%s@%d/inc%d counted=%v", a.Leader, a.Epoch, a.LeaderIncarnation, a.Counted)
+	}
+	if r := sh.Status.Report; r != nil {
+		s += fmt.Sprintf(" report{leader=%s inc=%d epoch=%d pos=%d taken=%s followers=%+v}", r.Leader, r.LeaderIncarnation, r.Epoch, r.Position, r.TakenAt.Format(time.RFC3339), r.Followers)
+	}
+	for _, c := range sh.Status.Conditions {
+		s += fmt.Sprintf(" %s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return s
 }

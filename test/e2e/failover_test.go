@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
@@ -104,18 +102,7 @@ func TestRP5_QuorumFailoverKeepsAcknowledgedRecords(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		c.startBroker(i)
 	}
-	st := &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: c.namespace},
-		Spec: felixv1.FelixStreamSpec{Cluster: c.name, Shards: 1, Replicas: 3, Ack: felixv1.AckQuorum}}
-	if err := c.c.Create(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
-	c.eventually("a leader at epoch 1", 60*time.Second, func() (bool, string) {
-		sh := c.shard("orders", 0)
-		if sh == nil || sh.Status.Assignment == nil {
-			return false, "no assignment"
-		}
-		return true, ""
-	})
+	c.createStream(t, "orders", 3)
 	acked := c.appendAcked(t, "orders", 200, "before")
 	old := c.shard("orders", 0).Status.Assignment
 	t.Logf("leader %s at epoch %d acknowledged %d records; killing it", old.Leader, old.Epoch, len(acked))
@@ -128,10 +115,9 @@ func TestRP5_QuorumFailoverKeepsAcknowledgedRecords(t *testing.T) {
 			return false, "no shard"
 		}
 		now = sh.Status.Assignment
-		return now.Leader != old.Leader && now.Epoch > old.Epoch,
-			fmt.Sprintf("assignment %s@%d, conditions %+v", now.Leader, now.Epoch, sh.Status.Conditions)
+		return now.Leader != old.Leader && now.Epoch > old.Epoch, shardState(sh)
 	})
-	t.Logf("promoted %s at epoch %d", now.Leader, now.Epoch)
+	t.Logf("promoted %s (storage id %s) at epoch %d", now.Leader, c.registered(t, now.Leader).StorageID, now.Epoch)
 	for k, v := range c.appendAcked(t, "orders", 50, "after") {
 		acked[k] = v
 	}

@@ -1,0 +1,443 @@
+package localcluster_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	fclient "felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/controllers"
+	"felix.dev/felix/internal/localcluster"
+	"felix.dev/felix/internal/testenv"
+)
+
+// eventually polls cond until it holds or the timeout passes, then fails
+// the test with cond's last message.
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
+}
+
+// startLocal builds the felix binary and starts a local cluster that stops
+// when the test ends; image selects container mode.
+func startLocal(t *testing.T, ctx context.Context, image string) *localcluster.Cluster {
+	t.Helper()
+	start := time.Now()
+	bin := filepath.Join(t.TempDir(), "felix")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/felix")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin, DockerImage: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Stop)
+	t.Logf("local cluster started in %s (build included)", time.Since(start).Round(time.Millisecond))
+	return lc
+}
+
+// tenant is one namespace of a shared local cluster holding one
+// FelixCluster; scenarios in different tenants do not share brokers.
+type tenant struct {
+	t       *testing.T
+	ctx     context.Context
+	lc      *localcluster.Cluster
+	c       client.Client
+	ns      string
+	cluster string
+	brokers int
+}
+
+// clusterSpec is the FelixCluster every scenario uses: short timings so
+// failovers take seconds.
+func clusterSpec(brokers int32, fsync felixv1.FsyncMode) felixv1.FelixClusterSpec {
+	return felixv1.FelixClusterSpec{Brokers: brokers, Image: "felix:dev",
+		Durability:        felixv1.DurabilitySpec{Fsync: fsync},
+		HeartbeatInterval: &metav1.Duration{Duration: 500 * time.Millisecond},
+		NodeExpiry:        &metav1.Duration{Duration: 2 * time.Second}}
+}
+
+// newTenant creates namespace ns and a FelixCluster "demo" of n brokers in
+// it.
+func newTenant(t *testing.T, ctx context.Context, lc *localcluster.Cluster, ns string, n int32, fsync felixv1.FsyncMode) *tenant {
+	t.Helper()
+	return newTenantCluster(t, ctx, lc, ns, "demo", n, fsync)
+}
+
+// newTenantCluster creates namespace ns and a FelixCluster named cluster
+// of n brokers in it.
+func newTenantCluster(t *testing.T, ctx context.Context, lc *localcluster.Cluster, ns, cluster string, n int32, fsync felixv1.FsyncMode) *tenant {
+	t.Helper()
+	tn := &tenant{t: t, ctx: ctx, lc: lc, c: lc.Env.Client, ns: ns, cluster: cluster, brokers: int(n)}
+	if err := tn.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.c.Create(ctx, &felixv1.FelixCluster{ObjectMeta: metav1.ObjectMeta{Name: tn.cluster, Namespace: ns},
+		Spec: clusterSpec(n, fsync)}); err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
+// on returns a copy of the tenant whose failures go to t (a subtest).
+func (tn *tenant) on(t *testing.T) *tenant {
+	c := *tn
+	c.t = t
+	return &c
+}
+
+func (tn *tenant) get(name string, obj client.Object) error {
+	return tn.c.Get(tn.ctx, client.ObjectKey{Namespace: tn.ns, Name: name}, obj)
+}
+
+// shard is FelixShard <stream>-0, nil if it cannot be read.
+func (tn *tenant) shard(stream string) *felixv1.FelixShard {
+	var s felixv1.FelixShard
+	if err := tn.get(stream+"-0", &s); err != nil {
+		return nil
+	}
+	return &s
+}
+
+// broker is the registered status of FelixBroker name.
+func (tn *tenant) broker(name string) felixv1.FelixBrokerStatus {
+	var b felixv1.FelixBroker
+	_ = tn.get(name, &b)
+	return b.Status
+}
+
+// restarts is the restart count of a broker pod's container.
+func (tn *tenant) restarts(name string) int32 {
+	var p corev1.Pod
+	if err := tn.get(name, &p); err != nil || len(p.Status.ContainerStatuses) == 0 {
+		return -1
+	}
+	return p.Status.ContainerStatuses[0].RestartCount
+}
+
+// stream creates a one-shard Quorum FelixStream over every broker and waits
+// until its shard is led with every replica caught up.
+func (tn *tenant) stream(name string) {
+	tn.t.Helper()
+	if err := tn.c.Create(tn.ctx, &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tn.ns},
+		Spec: felixv1.FelixStreamSpec{Cluster: tn.cluster, Shards: 1, Replicas: int32(tn.brokers), Ack: felixv1.AckQuorum}}); err != nil {
+		tn.t.Fatal(err)
+	}
+	tn.caughtUp(name, 3*time.Minute)
+}
+
+// all is "n/n" for the tenant's replica count.
+func (tn *tenant) all() string { return fmt.Sprintf("%d/%d", tn.brokers, tn.brokers) }
+
+// caughtUp waits until the stream's shard is led with every replica
+// caught up, and returns the shard.
+func (tn *tenant) caughtUp(stream string, timeout time.Duration) *felixv1.FelixShard {
+	tn.t.Helper()
+	var s *felixv1.FelixShard
+	eventually(tn.t, stream+" led with every replica caught up", timeout, func() (bool, string) {
+		s = tn.shard(stream)
+		if s == nil || s.Status.Assignment == nil {
+			return false, "no assignment"
+		}
+		return s.Status.CaughtUp == tn.all(), shardState(s)
+	})
+	return s
+}
+
+// caughtUpSince waits for a report of the stream's shard taken after since
+// that shows every replica caught up.
+func (tn *tenant) caughtUpSince(stream string, since time.Time, timeout time.Duration) {
+	tn.t.Helper()
+	eventually(tn.t, stream+": a fresh report with every replica caught up", timeout, func() (bool, string) {
+		s := tn.shard(stream)
+		if s == nil || s.Status.Assignment == nil || s.Status.Report == nil || s.Status.Report.TakenAt.Time.Before(since) {
+			return false, shardState(s)
+		}
+		return s.Status.CaughtUp == tn.all(), shardState(s)
+	})
+}
+
+// follower is a replica of the stream's shard that does not lead it.
+func (tn *tenant) follower(stream string) (leader, follower string) {
+	s := tn.shard(stream)
+	leader = s.Status.Assignment.Leader
+	for _, r := range s.Spec.Replicas {
+		if r != leader {
+			return leader, r
+		}
+	}
+	tn.t.Fatalf("shard %s has no follower", s.Name)
+	return "", ""
+}
+
+// payload is a record payload of about size bytes that starts with key.
+func payload(key string, size int) string {
+	if len(key) >= size {
+		return key
+	}
+	return key + "." + strings.Repeat("x", size-len(key)-1)
+}
+
+// appendAcked appends n records (batches of batch) of about size bytes,
+// named prefix-i, to whichever broker leads the stream now, and returns the
+// acknowledged ones by offset. A batch whose outcome is unknown is not
+// counted as acknowledged and is not retried.
+func (tn *tenant) appendAcked(stream string, n, batch, size int, prefix string) map[uint64]string {
+	tn.t.Helper()
+	acked := map[uint64]string{}
+	deadline := time.Now().Add(2 * time.Minute)
+	for i := 0; i < n; {
+		if time.Now().After(deadline) {
+			tn.t.Fatalf("appending to %s: only %d of %d records acknowledged; %s", stream, i, n, shardState(tn.shard(stream)))
+		}
+		s := tn.shard(stream)
+		if s == nil || s.Status.Assignment == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(tn.ctx, 10*time.Second)
+		cl, err := fclient.Dial(ctx, tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
+		if err != nil {
+			cancel()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for i < n {
+			k := min(batch, n-i)
+			recs := make([]record.Record, k)
+			for j := range recs {
+				recs[j].Payload = []byte(payload(fmt.Sprintf("%s-%d", prefix, i+j), size))
+			}
+			ok, err := cl.Append(ctx, record.ShardID{Stream: stream}, recs, nil)
+			if err != nil {
+				break // not leader yet, recovering, or gone: look again
+			}
+			for j, r := range recs {
+				acked[ok.First+uint64(j)] = string(r.Payload)
+			}
+			i += k
+		}
+		_ = cl.Close()
+		cancel()
+		if i < n {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return acked
+}
+
+// readAll reads the whole data log of the stream's shard 0 from the broker
+// at addr, retrying refusals until a deadline (a newly promoted leader
+// serves once it has fenced the shard).
+func (tn *tenant) readAll(addr, stream string) map[uint64]record.Record {
+	tn.t.Helper()
+	var out map[uint64]record.Record
+	var err error
+	eventually(tn.t, "a full read of "+stream+" from "+addr, time.Minute, func() (bool, string) {
+		out, err = tryReadAll(tn.ctx, addr, stream)
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return out
+}
+
+func tryReadAll(ctx context.Context, addr, stream string) (map[uint64]record.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, err := fclient.Dial(ctx, addr, fclient.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	out := map[uint64]record.Record{}
+	req := wire.ReadRequest{Shard: record.ShardID{Stream: stream}, From: wire.FromEarliest, MaxRecords: 1000}
+	for {
+		r, err := cl.Read(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		for _, rec := range r.Records {
+			out[rec.Offset] = rec
+		}
+		if len(r.Records) == 0 {
+			return out, nil
+		}
+		req.From, req.Offset = wire.FromOffset, r.Next
+	}
+}
+
+// checkAcked fails the test for every acknowledged record missing from got
+// or holding another payload, and returns how many were checked.
+func checkAcked(t *testing.T, acked map[uint64]string, got map[uint64]record.Record, where string) int {
+	t.Helper()
+	bad := 0
+	for off, want := range acked {
+		if g, ok := got[off]; !ok || string(g.Payload) != want {
+			bad++
+			if bad <= 10 {
+				t.Errorf("acknowledged record at %d missing or different on %s (want %.20q, got %.20q)", off, where, want, g.Payload)
+			}
+		}
+	}
+	if bad > 10 {
+		t.Errorf("... %d acknowledged records missing or different in all", bad)
+	}
+	return len(acked)
+}
+
+// leaderAddr is the registered address of the stream's current leader.
+func (tn *tenant) leaderAddr(stream string) string {
+	return tn.broker(tn.shard(stream).Status.Assignment.Leader).Address
+}
+
+// httpURL is the broker pod's HTTP endpoint (/live, /ready, /metrics).
+func (tn *tenant) httpURL(pod, path string) string {
+	ip, ok := tn.lc.Runner.PodIP(tn.ns, pod)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("http://%s:%d%s", ip, controllers.BrokerHTTPPort, path)
+}
+
+func httpStatus(url string) int {
+	if url == "" {
+		return 0
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// metrics scrapes a broker's /metrics and returns the unlabelled samples.
+func (tn *tenant) metrics(pod string) (map[string]float64, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(tn.httpURL(pod, "/metrics"))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err == nil {
+			out[f[0]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// procWritten is the bytes a pod's process has written (to files and
+// sockets: wchar of /proc/<pid>/io) in process mode.
+func (tn *tenant) procWritten(pod string) (int64, error) {
+	var p corev1.Pod
+	if err := tn.get(pod, &p); err != nil {
+		return 0, err
+	}
+	if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+		return 0, errors.New("not running")
+	}
+	pid, ok := strings.CutPrefix(p.Status.ContainerStatuses[0].ContainerID, "podrunner://")
+	if !ok {
+		return 0, fmt.Errorf("container id %q", p.Status.ContainerStatuses[0].ContainerID)
+	}
+	b, err := os.ReadFile("/proc/" + pid + "/io")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("no wchar in /proc/" + pid + "/io")
+}
+
+// shardState renders what a timeout message needs to explain a shard.
+func shardState(sh *felixv1.FelixShard) string {
+	if sh == nil {
+		return "no shard"
+	}
+	s := fmt.Sprintf("caughtUp=%s", sh.Status.CaughtUp)
+	if a := sh.Status.Assignment; a != nil {
+		s += fmt.Sprintf(" assignment=%s@%d/inc%d counted=%v", a.Leader, a.Epoch, a.LeaderIncarnation, a.Counted)
+	}
+	if r := sh.Status.Report; r != nil {
+		s += fmt.Sprintf(" report{leader=%s inc=%d epoch=%d pos=%d taken=%s followers=%+v}", r.Leader, r.LeaderIncarnation, r.Epoch, r.Position, r.TakenAt.Format(time.RFC3339), r.Followers)
+	}
+	for _, c := range sh.Status.Conditions {
+		s += fmt.Sprintf(" %s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return s
+}
+
+// timings collects how long each scenario took, printed at the end.
+type timings struct {
+	names []string
+	took  map[string]time.Duration
+}
+
+// run runs f as subtest name and records how long it took.
+func (ts *timings) run(t *testing.T, name string, f func(t *testing.T)) bool {
+	start := time.Now()
+	ok := t.Run(name, f)
+	ts.add(name, time.Since(start))
+	return ok
+}
+
+// add records a step's duration.
+func (ts *timings) add(name string, d time.Duration) {
+	if ts.took == nil {
+		ts.took = map[string]time.Duration{}
+	}
+	ts.names = append(ts.names, name)
+	ts.took[name] = d
+}
+
+// log prints every recorded step in order.
+func (ts *timings) log(t *testing.T) {
+	for _, n := range ts.names {
+		t.Logf("timing: %-50s %s", n, ts.took[n].Round(100*time.Millisecond))
+	}
+}

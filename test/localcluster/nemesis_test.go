@@ -1,0 +1,178 @@
+package localcluster_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	fclient "felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/internal/localcluster"
+)
+
+// Test flags of the nemesis; FELIX_NEMESIS_DURATION and FELIX_NEMESIS_SEED
+// set the same when flags cannot be passed (go test ./...).
+var (
+	nemesisDuration = flag.Duration("nemesis.duration", 3*time.Minute, "how long the local-cluster nemesis injects faults")
+	nemesisSeed     = flag.Uint64("nemesis.seed", 0, "seed of the nemesis's fault choices (0: from the clock)")
+)
+
+// nemesisSettings resolves the flags and the environment.
+func nemesisSettings(t *testing.T) (time.Duration, uint64) {
+	d, seed := *nemesisDuration, *nemesisSeed
+	if v := os.Getenv("FELIX_NEMESIS_DURATION"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("FELIX_NEMESIS_DURATION: %v", err)
+		}
+	}
+	if v := os.Getenv("FELIX_NEMESIS_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("FELIX_NEMESIS_SEED: %v", err)
+		}
+	}
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	return d, seed
+}
+
+// scenarioNemesis runs a Quorum append workload on a 3-broker cluster of
+// the local cluster while a nemesis injects, one at a time through the
+// podrunner, kill -9 (the runner restarts the broker), SIGSTOP/SIGCONT for
+// 0.5-3 s, and volume wipe with kill -9 (a restart on an empty disk) of a
+// random broker, waiting between faults until the shard reports every
+// replica caught up (so at most one replica is faulty at once). At the end
+// every acknowledged record is read back exactly once, in offset order,
+// from the leader. It prints the faults injected and the records verified.
+func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster) {
+	duration, seed := nemesisSettings(t)
+	t.Logf("nemesis for %s, seed %d (-nemesis.seed=%d or FELIX_NEMESIS_SEED=%d replays the fault choices; timing still varies)", duration, seed, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	tn := newTenant(t, ctx, lc, "nemesis", 3, felixv1.FsyncPeriodic)
+	defer tn.close()
+	tn.stream("nemesis")
+
+	// The workload: one sequential writer to the current leader, never
+	// retrying blindly (an append whose outcome is unknown is not counted).
+	var mu sync.Mutex
+	acked := map[uint64]string{}
+	var order []uint64
+	unknown := 0
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n := 0
+		for wctx.Err() == nil {
+			s := tn.shard("nemesis")
+			if s == nil || s.Status.Assignment == nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			dctx, dcancel := context.WithTimeout(wctx, 3*time.Second)
+			cl, err := fclient.Dial(dctx, tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
+			dcancel()
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			for wctx.Err() == nil {
+				p := fmt.Sprintf("n-%d", n)
+				n++
+				actx, acancel := context.WithTimeout(wctx, 2*time.Second)
+				ok, err := cl.Append(actx, record.ShardID{Stream: "nemesis"}, []record.Record{{Payload: []byte(p)}}, nil)
+				acancel()
+				if err != nil {
+					mu.Lock()
+					unknown++
+					mu.Unlock()
+					break
+				}
+				mu.Lock()
+				acked[ok.First] = p
+				order = append(order, ok.First)
+				mu.Unlock()
+				// A steady, modest rate: the run is about faults, and a
+				// wiped replica must be copied again between them.
+				time.Sleep(2 * time.Millisecond)
+			}
+			_ = cl.Close()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	defer func() { stop(); <-done }()
+
+	faults := map[string]int{}
+	end := time.Now().Add(duration)
+	healed := time.Now()
+	for time.Now().Before(end) {
+		// Between faults: a report taken after the last fault healed shows
+		// every replica caught up.
+		tn.caughtUpSince("nemesis", healed, 3*time.Minute)
+		victim := fmt.Sprintf("%s-%d", tn.cluster, rng.IntN(3))
+		inc := tn.broker(victim).Incarnation
+		kind := rng.IntN(3)
+		pause := time.Duration(500+rng.IntN(2500)) * time.Millisecond
+		var err error
+		switch kind {
+		case 0:
+			err = lc.Runner.Kill(tn.ns, victim)
+			faults["kill-9"]++
+		case 1:
+			if err = lc.Runner.Freeze(tn.ns, victim); err == nil {
+				time.Sleep(pause) // the fault itself: the process stays stopped this long
+				err = lc.Runner.Thaw(tn.ns, victim)
+			}
+			faults["freeze"]++
+		case 2:
+			if err = lc.Runner.WipeVolume(tn.ns, "data-"+victim); err == nil {
+				err = lc.Runner.Kill(tn.ns, victim)
+			}
+			faults["wipe"]++
+		}
+		if err != nil {
+			t.Fatalf("fault on %s: %v", victim, err)
+		}
+		if kind != 1 {
+			tn.reregistered(victim, inc)
+		}
+		healed = time.Now()
+		t.Logf("fault %d: %s %s", faults["kill-9"]+faults["freeze"]+faults["wipe"], []string{"kill -9", "freeze", "wipe"}[kind], victim)
+	}
+	stop()
+	<-done
+
+	s := tn.caughtUp("nemesis", 3*time.Minute)
+	got := tn.readAll(tn.broker(s.Status.Assignment.Leader).Address, "nemesis")
+	seen := map[string]uint64{}
+	for off, r := range got {
+		p := string(r.Payload)
+		if prev, dup := seen[p]; dup {
+			t.Errorf("payload %q read twice, at %d and %d", p, prev, off)
+		}
+		seen[p] = off
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	verified := checkAcked(t, acked, got, "the leader at the end")
+	for i := 1; i < len(order); i++ {
+		if order[i] <= order[i-1] {
+			t.Errorf("acknowledged offsets out of order: %d after %d", order[i], order[i-1])
+		}
+	}
+	total := faults["kill-9"] + faults["freeze"] + faults["wipe"]
+	t.Logf("nemesis: %d faults injected (kill -9 %d, freeze %d, wipe %d) over %s; %d acknowledged records verified (%d appends with unknown outcome); %d records read from %s at epoch %d",
+		total, faults["kill-9"], faults["freeze"], faults["wipe"], duration, verified, unknown, len(got), s.Status.Assignment.Leader, s.Status.Assignment.Epoch)
+	if len(acked) == 0 {
+		t.Fatal("the workload acknowledged nothing")
+	}
+}
