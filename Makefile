@@ -85,6 +85,12 @@ envtest-bins: ## Build kube-apiserver and etcd from pinned modules into bin/k8s 
 helm-lint: ## helm lint the chart.
 	$(HELM) lint charts/felix
 
+##@ Benchmarks
+
+.PHONY: bench-peer
+bench-peer: ## Measure NATS JetStream (R=3, pinned in hack/natsbench) and Felix R=3 in the same harness shapes, one after the other.
+	hack/bench-peer.sh
+
 ##@ Image
 
 .PHONY: docker-build

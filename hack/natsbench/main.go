@@ -1,0 +1,306 @@
+// Command natsbench measures the peer Felix is compared with — NATS
+// JetStream with three replicas on loopback — in the same shape as
+// `felix bench`: N publishers, each on its own connection, with P publishes
+// in flight (P = 1 is a synchronous publisher), records of S bytes, counted
+// after a warm-up for a fixed duration. It starts three nats-server
+// processes (the binary given by --server, built by `make bench-nats`) in
+// a cluster with JetStream file storage under a temporary directory, creates
+// one stream with three replicas, runs the workload and prints one JSON
+// object with records/s, MB/s (payload, 10^6 bytes) and p50/p99/p999 of the
+// publish-to-acknowledgement latency.
+//
+// It is a separate module so that the product's go.mod does not depend on
+// NATS.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type config struct {
+	server     string
+	publishers int
+	pending    int
+	size       int
+	duration   time.Duration
+	warmup     time.Duration
+	syncAlways bool
+	replicas   int
+}
+
+type result struct {
+	Peer          string  `json:"peer"`
+	Replicas      int     `json:"replicas"`
+	SyncAlways    bool    `json:"syncAlways"`
+	Publishers    int     `json:"publishers"`
+	Pending       int     `json:"pending"`
+	RecordSize    int     `json:"recordSize"`
+	Seconds       float64 `json:"seconds"`
+	Records       int64   `json:"records"`
+	RecordsPerSec float64 `json:"recordsPerSec"`
+	MBPerSec      float64 `json:"mbPerSec"`
+	P50Ms         float64 `json:"p50Ms"`
+	P99Ms         float64 `json:"p99Ms"`
+	P999Ms        float64 `json:"p999Ms"`
+	Errors        int64   `json:"errors"`
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.server, "server", "bin/nats-server", "path to the nats-server binary")
+	flag.IntVar(&c.publishers, "publishers", 16, "publishers, one connection each")
+	flag.IntVar(&c.pending, "pending", 1, "publishes in flight per publisher (1: synchronous)")
+	flag.IntVar(&c.size, "record-size", 1024, "payload bytes per message")
+	flag.DurationVar(&c.duration, "duration", 10*time.Second, "measured duration")
+	flag.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured warm-up")
+	flag.BoolVar(&c.syncAlways, "sync-always", false, "JetStream sync_interval: always (fsync before every acknowledgement); default is the server's default durability")
+	flag.IntVar(&c.replicas, "replicas", 3, "servers and stream replicas")
+	flag.Parse()
+	res, err := run(c)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "natsbench: %v\n", err)
+		os.Exit(1)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// startCluster writes one config per server and starts them; the returned
+// function stops them all.
+func startCluster(c config, dir string) ([]string, func(), error) {
+	ports, err := freePorts(2 * c.replicas)
+	if err != nil {
+		return nil, nil, err
+	}
+	var routes, urls []string
+	for i := 0; i < c.replicas; i++ {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[c.replicas+i]))
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	var cmds []*exec.Cmd
+	stop := func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}
+	for i := 0; i < c.replicas; i++ {
+		sync := ""
+		if c.syncAlways {
+			sync = "sync_interval: always"
+		}
+		rs, _ := json.Marshal(routes)
+		conf := fmt.Sprintf(`server_name: n%d
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q, %s }
+cluster { name: bench, listen: 127.0.0.1:%d, routes: %s }
+`, i, ports[i], filepath.Join(dir, fmt.Sprintf("n%d", i)), sync, ports[c.replicas+i], rs)
+		path := filepath.Join(dir, fmt.Sprintf("n%d.conf", i))
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("n%d.log", i)))
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		cmd := exec.Command(c.server, "-c", path)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("start %s: %w", c.server, err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	return urls, stop, nil
+}
+
+func run(c config) (result, error) {
+	dir, err := os.MkdirTemp("", "natsbench-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	urls, stop, err := startCluster(c, dir)
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+
+	ctx := context.Background()
+	admin, err := connect(urls)
+	if err != nil {
+		return result{}, err
+	}
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	if err != nil {
+		return result{}, err
+	}
+	// The cluster needs a meta leader before a stream can be created.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
+			Replicas: c.replicas, Storage: jetstream.FileStorage})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return result{}, fmt.Errorf("create stream: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	payload := make([]byte, c.size)
+	for i := range payload {
+		payload[i] = byte('a' + i%26)
+	}
+	var counting atomic.Bool
+	var records, errs atomic.Int64
+	var mu sync.Mutex
+	var lats []time.Duration
+	stopAt := time.Now().Add(c.warmup + c.duration)
+	var wg sync.WaitGroup
+	for p := 0; p < c.publishers; p++ {
+		nc, err := connect(urls)
+		if err != nil {
+			return result{}, err
+		}
+		defer nc.Close()
+		pjs, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.pending))
+		if err != nil {
+			return result{}, err
+		}
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			subj := fmt.Sprintf("bench.%d", p)
+			var local []time.Duration
+			if c.pending <= 1 {
+				for time.Now().Before(stopAt) {
+					t0 := time.Now()
+					_, err := pjs.Publish(ctx, subj, payload)
+					if !counting.Load() {
+						continue
+					}
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					records.Add(1)
+					local = append(local, time.Since(t0))
+				}
+			} else {
+				type inflight struct {
+					f  jetstream.PubAckFuture
+					t0 time.Time
+				}
+				window := make(chan inflight, c.pending)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for in := range window {
+						select {
+						case <-in.f.Ok():
+							if counting.Load() {
+								records.Add(1)
+								local = append(local, time.Since(in.t0))
+							}
+						case <-in.f.Err():
+							if counting.Load() {
+								errs.Add(1)
+							}
+						}
+					}
+				}()
+				for time.Now().Before(stopAt) {
+					t0 := time.Now()
+					f, err := pjs.PublishAsync(subj, payload)
+					if err != nil {
+						if counting.Load() {
+							errs.Add(1)
+						}
+						continue
+					}
+					window <- inflight{f, t0}
+				}
+				close(window)
+				<-done
+			}
+			mu.Lock()
+			lats = append(lats, local...)
+			mu.Unlock()
+		}(p)
+	}
+	time.Sleep(c.warmup)
+	counting.Store(true)
+	t0 := time.Now()
+	time.Sleep(c.duration)
+	counting.Store(false)
+	secs := time.Since(t0).Seconds()
+	wg.Wait()
+
+	slices.Sort(lats)
+	pct := func(q float64) float64 {
+		if len(lats) == 0 {
+			return 0
+		}
+		return float64(lats[int(q*float64(len(lats)-1))].Microseconds()) / 1000
+	}
+	n := records.Load()
+	return result{Peer: "nats-jetstream", Replicas: c.replicas, SyncAlways: c.syncAlways,
+		Publishers: c.publishers, Pending: c.pending, RecordSize: c.size,
+		Seconds: secs, Records: n, RecordsPerSec: float64(n) / secs,
+		MBPerSec: float64(n) * float64(c.size) / secs / 1e6,
+		P50Ms:    pct(0.50), P99Ms: pct(0.99), P999Ms: pct(0.999), Errors: errs.Load()}, nil
+}
+
+func connect(urls []string) (*nats.Conn, error) {
+	var last error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		nc, err := nats.Connect(urls[0], nats.Timeout(2*time.Second))
+		if err == nil {
+			return nc, nil
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, errors.Join(errors.New("connect to nats"), last)
+}
