@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
 )
@@ -147,15 +149,20 @@ func (m *Manager) Maintain(ctx context.Context) (PassResult, error) {
 		errs = append(errs, err)
 		m.o.Logger.Error(err, "maintenance could not collect the value log")
 	}
-	d := time.Since(t0)
-	m.o.Metrics.ObservePass(p, d)
+	ReportPass(m.o.Logger, m.o.Metrics, p, time.Since(t0))
+	return p, errors.Join(errs...)
+}
+
+// ReportPass records a finished maintenance pass in metrics (nil: none)
+// and logs one line when it deleted something.
+func ReportPass(log logr.Logger, metrics *Metrics, p PassResult, took time.Duration) {
+	metrics.ObservePass(p, took)
 	if p.Deleted() {
-		m.o.Logger.Info("maintenance deleted segments", "logs", p.Logs,
+		log.Info("maintenance deleted segments", "logs", p.Logs,
 			"floorSegments", p.Floor.Segments, "floorRecords", p.Floor.Records, "floorBytes", p.Floor.Bytes,
 			"retentionSegments", p.Retention.Segments, "retentionRecords", p.Retention.Records, "retentionBytes", p.Retention.Bytes,
-			"took", d.String())
+			"took", took.String())
 	}
-	return p, errors.Join(errs...)
 }
 
 // runMaintenance runs Maintain every Options.MaintainInterval until the

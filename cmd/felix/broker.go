@@ -272,14 +272,9 @@ func maintain(ctx context.Context, log logr.Logger, store *logstore.Store, metri
 		if ctx.Err() != nil {
 			return
 		}
-		metrics.ObservePass(res, time.Since(t0))
 		if err != nil {
 			log.Error(err, "maintenance")
 		}
-		if res.Deleted() {
-			log.Info("maintenance deleted segments", "logs", res.Logs,
-				"floorSegments", res.Floor.Segments, "floorRecords", res.Floor.Records, "floorBytes", res.Floor.Bytes,
-				"retentionSegments", res.Retention.Segments, "retentionRecords", res.Retention.Records, "retentionBytes", res.Retention.Bytes)
-		}
+		replica.ReportPass(log, metrics, res, time.Since(t0))
 	}
 }

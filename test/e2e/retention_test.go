@@ -108,49 +108,6 @@ func (c *cluster) appendBatchesAcked(t *testing.T, stream, prefix string, batche
 	return acked
 }
 
-// readFrom reads shard 0 of stream from a broker, from the readable start
-// (FromEarliest) to the end; it retries refusals (a new leader serves once
-// it has fenced) until a deadline.
-func readFrom(t *testing.T, addr, stream string) map[uint64]string {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		out, err := tryReadFrom(addr, stream)
-		if err == nil {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("read from %s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func tryReadFrom(addr, stream string) (map[uint64]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl, err := client.Dial(ctx, addr, client.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	out := map[uint64]string{}
-	req := wire.ReadRequest{Shard: record.ShardID{Stream: stream}, From: wire.FromEarliest, MaxRecords: 1000}
-	for {
-		r, err := cl.Read(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		for _, rec := range r.Records {
-			out[rec.Offset] = string(rec.Payload)
-		}
-		if len(r.Records) == 0 {
-			return out, nil
-		}
-		req.From, req.Offset = wire.FromOffset, r.Next
-	}
-}
-
 // [TR-6] with catch-up from the leader's start, on real broker processes:
 // a committed trim's whole segments are deleted by every broker's
 // maintenance; a follower whose data directory is wiped comes back with a
@@ -249,7 +206,7 @@ func TestRetention_TrimDeletesSegmentsAndWipedFollowerCatchesUpFromLeaderStart(t
 		return now.Leader != leader && now.Epoch > old2.Epoch, shardState(sh)
 	})
 	t.Logf("promoted %s at epoch %d", now.Leader, now.Epoch)
-	got := readFrom(t, c.addressOf(now.Leader), "orders")
+	got := readAll(t, c.addressOf(now.Leader), "orders")
 	missing := 0
 	for off, want := range acked {
 		if off >= floor && got[off] != want {
@@ -305,7 +262,7 @@ func TestRetention_ByBytesDeletesOldSegmentsInClusterMode(t *testing.T) {
 		})
 	}
 	leader := c.leaderOf("events")
-	got := readFrom(t, c.addressOf(leader), "events")
+	got := readAll(t, c.addressOf(leader), "events")
 	first := ^uint64(0)
 	for off := range got {
 		first = min(first, off)
