@@ -248,8 +248,11 @@ func TestRetention_ByBytesDeletesOldSegmentsInClusterMode(t *testing.T) {
 	if err := c.c.Get(context.Background(), ctrlclient.ObjectKey{Namespace: c.namespace, Name: "events"}, &st); err != nil {
 		t.Fatal(err)
 	}
+	// A merge patch of the spec alone: the operator writes the stream's
+	// status concurrently, so an Update could meet a conflict.
+	base := st.DeepCopy()
 	st.Spec.Retention = &felixv1.RetentionSpec{MaxBytes: &maxBytes}
-	if err := c.c.Update(context.Background(), &st); err != nil {
+	if err := c.c.Patch(context.Background(), &st, ctrlclient.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
 
