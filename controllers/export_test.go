@@ -16,3 +16,10 @@ func SettleRestorePoint(ctx context.Context, c client.Client, pod *corev1.Pod) e
 	r := &FelixClusterReconciler{Client: c, APIReader: c}
 	return r.settleRestorePoint(ctx, &felixv1.FelixCluster{}, pod)
 }
+
+// ApplyShardAssignment writes assignment a as the shard reconciler writes
+// its status, deciding from the view sh (which may be stale).
+func ApplyShardAssignment(ctx context.Context, c client.Client, sh *felixv1.FelixShard, a *felixv1.Assignment) error {
+	r := &FelixShardReconciler{Client: c}
+	return r.apply(ctx, sh, shardStatus{Assignment: a, CaughtUp: sh.Status.CaughtUp, Conditions: sh.Status.Conditions})
+}

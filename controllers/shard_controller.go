@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,6 +124,11 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	have := shardStatus{Assignment: sh.Status.Assignment, CaughtUp: sh.Status.CaughtUp, Conditions: sh.Status.Conditions}
 	if !semanticEqual(want, have) {
 		if err := r.apply(ctx, &sh, want); err != nil {
+			if apierrors.IsConflict(err) {
+				// The shard changed since this view was read (the cache
+				// was behind): decide again from the newer object.
+				return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+			}
 			return ctrl.Result{}, err
 		}
 		r.emit(&sh, d, have)
@@ -168,12 +174,18 @@ func waitMessage(d placement.Decision) string {
 	return msg + ": " + strings.Join(parts, ", ")
 }
 
-// apply writes the operator's status fields with server-side apply.
+// apply writes the operator's status fields with server-side apply, on
+// the condition that the shard is still at the resourceVersion the
+// decision was made from: an assignment decided from a stale view (the
+// informer cache behind the reconciler's own last write) would otherwise
+// overwrite a newer one, and an epoch could go back (found by the local
+// cluster: a promotion to epoch 2 overwritten by the epoch-1 assignment
+// read from the cache a moment before). A stale view gets a Conflict.
 func (r *FelixShardReconciler) apply(ctx context.Context, sh *felixv1.FelixShard, st shardStatus) error {
 	body := map[string]any{
 		"apiVersion": felixv1.GroupVersion.String(),
 		"kind":       "FelixShard",
-		"metadata":   map[string]any{"name": sh.Name, "namespace": sh.Namespace},
+		"metadata":   map[string]any{"name": sh.Name, "namespace": sh.Namespace, "resourceVersion": sh.ResourceVersion},
 		"status":     st,
 	}
 	data, err := json.Marshal(body)
