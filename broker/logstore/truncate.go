@@ -180,34 +180,6 @@ func (l *Log) applyInOrder(changes func(add func(k, v []byte, del bool) error) e
 	return txn.Commit()
 }
 
-// StartAt moves an empty log (no record stored: Start == Tail) to begin at
-// off, at or above its tail: a follower that must copy a leader whose
-// first stored offset is above the follower's tail (the leader deleted
-// segments below its floor) starts there. Offsets below off are committed
-// (they are below the leader's floor) and never readable here. A log that
-// stores records is refused with ErrBadRecord. Persisted and synced.
-func (l *Log) StartAt(off uint64) error {
-	if err := l.s.enter(); err != nil {
-		return err
-	}
-	defer l.s.leave()
-	l.s.wmu.Lock()
-	defer l.s.wmu.Unlock()
-	l.mu.Lock()
-	if l.start != l.next || off < l.next || off >= FromEarliest {
-		start, next := l.start, l.next
-		l.mu.Unlock()
-		return fmt.Errorf("logstore: start %s at %d: it stores [%d, %d): %w", l.id, off, start, next, ErrBadRecord)
-	}
-	l.start, l.next, l.durable = off, off, off
-	l.committed = max(l.committed, off)
-	l.lastEpoch = 0
-	l.gen++
-	l.wakeLocked()
-	l.mu.Unlock()
-	return l.persistMeta(true)
-}
-
 // ResetAt drops every record the log stores, whatever the committed mark,
 // and makes it an empty log beginning at off: Start == Tail == Durable ==
 // off, Committed = max(old Committed, off) (the mark never moves back). A
@@ -254,7 +226,7 @@ func (l *Log) ResetAt(off uint64) error {
 			prefix byte
 			keys   *[][]byte
 		}{{prefixData, &data}, {prefixTrim, &trims}} {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(p.prefix, l.num)})
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(p.prefix, l.num), PrefetchValues: false})
 			for it.Rewind(); it.Valid(); it.Next() {
 				*p.keys = append(*p.keys, it.Item().KeyCopy(nil))
 			}
