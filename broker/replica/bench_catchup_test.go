@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"felix.dev/felix/broker/logstore"
-	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
 )
 
@@ -43,30 +42,7 @@ func BenchmarkCatchUpFromStart(b *testing.B) {
 		c := newClusterCfg(b, logstore.FsyncPeriodic, mkdir, DefaultPassInterval, func(c *cluster) {
 			c.segRecs, c.maintain = segRecs, -1
 		}, "a", "b", "c")
-		c.ensure(replication.AckLeader, "a", "b")
-		a := c.nodes["a"]
-		first := c.firstAssignment("a")
-		c.nodes["c"].stop()
-		for _, nm := range []replication.NodeID{"a", "b"} {
-			if err := c.nodes[nm].mgr.SetAssignment(testShard, first); err != nil {
-				b.Fatal(err)
-			}
-		}
-		c.waitLeading(a)
-		dl, err := a.mgr.Shards().DataLog(testShard)
-		if err != nil {
-			b.Fatal(err)
-		}
-		payload := make([]byte, 1024)
-		batch := make([]record.Record, 256)
-		for j := range batch {
-			batch[j].Payload = payload
-		}
-		for j := 0; j < n; j += len(batch) {
-			if _, err := dl.Append(context.Background(), batch, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
+		a, dl := catchUpLeader(b, c, n)
 		tail := dl.Describe().Tail
 		if _, err := dl.Trim(context.Background(), logstore.TrimRequest{Floor: below, ExpectTail: tail}); err != nil {
 			b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
+	"felix.dev/felix/broker/server"
 )
 
 // benchCluster starts a 3-replica Quorum cluster led by a, fence committed.
@@ -151,33 +152,8 @@ func BenchmarkCatchUp(b *testing.B) {
 			return d
 		}
 		c := newClusterIn(b, logstore.FsyncPeriodic, mkdir, DefaultPassInterval, "a", "b", "c")
-		c.ensure(replication.AckLeader, "a", "b")
-		a := c.nodes["a"]
-		first := c.firstAssignment("a")
-		c.nodes["c"].stop()
-		for _, nm := range []replication.NodeID{"a", "b"} {
-			if err := c.nodes[nm].mgr.SetAssignment(testShard, first); err != nil {
-				b.Fatal(err)
-			}
-		}
-		c.waitLeading(a)
-		dl, err := a.mgr.Shards().DataLog(testShard)
-		if err != nil {
-			b.Fatal(err)
-		}
-		payload := make([]byte, 1024)
-		batch := make([]record.Record, 256)
-		for j := range batch {
-			batch[j].Payload = payload
-		}
-		for j := 0; j < n; j += len(batch) {
-			if _, err := dl.Append(context.Background(), batch, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-		tail := a.mgr.o.Store // keep a reference for the tail below
-		lg, _ := tail.Lookup(record.LogID{ShardID: testShard, Log: record.LogData})
-		want := lg.Describe().Tail
+		_, dl := catchUpLeader(b, c, n)
+		want := dl.Describe().Tail
 		fresh := c.start("c", mkdir(), 2)
 		b.SetBytes(int64(n) * 1024)
 		b.StartTimer()
@@ -279,4 +255,36 @@ func runBatched(b *testing.B, c *cluster) {
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p99, "p99-ms")
 	b.ReportMetric(float64(cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/record")
+}
+
+// catchUpLeader makes node a lead the shard of c (replicas a, b, c) with
+// c stopped, so the shard is committed by a and b alone, and appends n
+// 1 KiB records to a's data log in batches of 256. It returns a and the
+// log; a catch-up benchmark then starts c.
+func catchUpLeader(b *testing.B, c *cluster, n int) (*node, server.Log) {
+	c.ensure(replication.AckLeader, "a", "b")
+	a := c.nodes["a"]
+	first := c.firstAssignment("a")
+	c.nodes["c"].stop()
+	for _, nm := range []replication.NodeID{"a", "b"} {
+		if err := c.nodes[nm].mgr.SetAssignment(testShard, first); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.waitLeading(a)
+	dl, err := a.mgr.Shards().DataLog(testShard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	batch := make([]record.Record, 256)
+	for j := range batch {
+		batch[j].Payload = payload
+	}
+	for j := 0; j < n; j += len(batch) {
+		if _, err := dl.Append(context.Background(), batch, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return a, dl
 }
