@@ -514,17 +514,25 @@ func scenarioFrozenLeader(tn *tenant) {
 	}
 	got := tn.readAll(tn.broker(now.Leader).Address, "jobs")
 	checkAcked(t, acked, got, "the new leader")
+	// Every append the old leader acknowledged is in the new leader's log
+	// at the offset it was acknowledged at. One at the old epoch was
+	// committed before the promotion (SIGSTOP can land after the broker
+	// already took and replicated it): the new leader's recovery kept it
+	// below its fence, since a log's epochs never go down. What must never
+	// happen is an acknowledgement the new log does not hold.
+	oldEpoch := 0
 	for off, p := range staleAcked {
 		g, ok := got[off]
-		switch {
-		case !ok || string(g.Payload) != p:
+		if !ok || string(g.Payload) != p {
 			t.Errorf("the old leader acknowledged %q at %d; the new leader has %q there", p, off, g.Payload)
-		case g.Epoch <= uint64(old.Epoch):
-			t.Errorf("the old leader acknowledged %q at %d at its old epoch %d", p, off, g.Epoch)
+			continue
+		}
+		if g.Epoch <= uint64(old.Epoch) {
+			oldEpoch++
 		}
 	}
-	t.Logf("leader %s frozen at epoch %d; %s promoted at epoch %d; of %d appends sent to the frozen leader %d were acknowledged (each checked in the new log at a newer epoch), %d refused or timed out",
-		old.Leader, old.Epoch, now.Leader, now.Epoch, staleN, len(staleAcked), refused)
+	t.Logf("leader %s frozen at epoch %d; %s promoted at epoch %d; of %d appends sent to the frozen leader %d were acknowledged (each found in the new log; %d at the old epoch, committed before the promotion), %d refused or timed out",
+		old.Leader, old.Epoch, now.Leader, now.Epoch, staleN, len(staleAcked), oldEpoch, refused)
 }
 
 // scenarioAPIServerDown is scenario e: the API server goes down (for the
