@@ -8,8 +8,20 @@ import (
 	"felix.dev/felix/broker/replication"
 )
 
-// propose submits p (its ID is assigned here) and waits for its Ack.
+// propose submits p and waits for its Ack.
 func (s *shard) propose(ctx context.Context, p replication.Proposal) (replication.Ack, error) {
+	wait, err := s.submit(ctx, p)
+	if err != nil {
+		return replication.Ack{}, err
+	}
+	return wait(ctx)
+}
+
+// submit queues p (its ID is assigned here) behind every proposal queued
+// before it and returns a function that waits for its Ack; the function is
+// called at most once. Proposals queued by one goroutine reach the core in
+// the order queued. An error means p was not queued.
+func (s *shard) submit(ctx context.Context, p replication.Proposal) (func(context.Context) (replication.Ack, error), error) {
 	ch := make(chan replication.Ack, 1)
 	s.wmu.Lock()
 	s.nextID++
@@ -25,26 +37,28 @@ func (s *shard) propose(ctx context.Context, p replication.Proposal) (replicatio
 	case s.inbox <- event{kind: evPropose, prop: p}:
 	case <-s.done:
 		forget()
-		return replication.Ack{}, s.stoppedErr()
+		return nil, s.stoppedErr()
 	case <-ctx.Done():
 		forget()
-		return replication.Ack{}, ctx.Err()
+		return nil, ctx.Err()
 	}
-	select {
-	case a := <-ch:
-		return a, nil
-	case <-s.done:
+	return func(ctx context.Context) (replication.Ack, error) {
 		select {
 		case a := <-ch:
 			return a, nil
-		default:
+		case <-s.done:
+			select {
+			case a := <-ch:
+				return a, nil
+			default:
+			}
+			forget()
+			return replication.Ack{}, s.stoppedErr()
+		case <-ctx.Done():
+			forget()
+			return replication.Ack{}, ctx.Err()
 		}
-		forget()
-		return replication.Ack{}, s.stoppedErr()
-	case <-ctx.Done():
-		forget()
-		return replication.Ack{}, ctx.Err()
-	}
+	}, nil
 }
 
 func (s *shard) complete(a replication.Ack) {

@@ -78,6 +78,17 @@ func (d *dataLog) mode() replication.AckMode { return replication.AckMode(d.s.mo
 // Append proposes recs under the stream's ack mode and, when expectTail is
 // set, the tail check [TR-1]; it returns once acknowledged under the mode.
 func (d *dataLog) Append(ctx context.Context, recs []record.Record, expectTail *uint64) (logstore.AppendResult, error) {
+	wait, err := d.SubmitAppend(ctx, recs, expectTail)
+	if err != nil {
+		return logstore.AppendResult{}, err
+	}
+	return wait(ctx)
+}
+
+// SubmitAppend proposes recs as Append does without waiting for the
+// acknowledgement (server.Submitter): appends submitted one after the
+// other from one goroutine are applied in that order.
+func (d *dataLog) SubmitAppend(ctx context.Context, recs []record.Record, expectTail *uint64) (server.AppendWait, error) {
 	now := d.s.m.o.Now().UnixNano()
 	batch := make([]record.Record, len(recs))
 	for i, r := range recs {
@@ -85,7 +96,7 @@ func (d *dataLog) Append(ctx context.Context, recs []record.Record, expectTail *
 			r.Kind = record.KindData
 		}
 		if r.Kind != record.KindData {
-			return logstore.AppendResult{}, fmt.Errorf("replica: append of a %s record: %w", r.Kind, logstore.ErrBadRecord)
+			return nil, fmt.Errorf("replica: append of a %s record: %w", r.Kind, logstore.ErrBadRecord)
 		}
 		if r.Timestamp == 0 {
 			r.Timestamp = now
@@ -97,14 +108,20 @@ func (d *dataLog) Append(ctx context.Context, recs []record.Record, expectTail *
 	if expectTail != nil {
 		p.ExpectTail, p.ExpectedTail = true, *expectTail
 	}
-	a, err := d.s.propose(ctx, p)
-	if err == nil {
-		err = a.Err
-	}
+	wait, err := d.s.submit(ctx, p)
 	if err != nil {
-		return logstore.AppendResult{}, d.s.ackErr(err)
+		return nil, d.s.ackErr(err)
 	}
-	return logstore.AppendResult{First: a.First, Last: a.End - 1, Tail: a.End}, nil
+	return func(ctx context.Context) (logstore.AppendResult, error) {
+		a, err := wait(ctx)
+		if err == nil {
+			err = a.Err
+		}
+		if err != nil {
+			return logstore.AppendResult{}, d.s.ackErr(err)
+		}
+		return logstore.AppendResult{First: a.First, Last: a.End - 1, Tail: a.End}, nil
+	}, nil
 }
 
 // Trim proposes a KindTrim record under the tail check [TR-2]. A floor at

@@ -53,6 +53,9 @@ type conn struct {
 
 	qmu    sync.Mutex
 	queues map[record.ShardID]*shardQueue
+	// submitted holds a token per append submitted to a Submitter log
+	// and not yet answered (bounded by maxSubmitted).
+	submitted chan struct{}
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -61,7 +64,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	c := &conn{s: s, nc: nc, log: s.log.WithValues("remote", nc.RemoteAddr().String()),
 		budget: newBudget(s.opts.MaxInFlightBytes), out: make(chan outFrame, 256),
-		queues: map[record.ShardID]*shardQueue{}}
+		queues: map[record.ShardID]*shardQueue{}, submitted: make(chan struct{}, maxSubmitted)}
 	c.waitCtx, c.waitCancel = context.WithCancel(s.waitCtx)
 	return c
 }

@@ -108,8 +108,15 @@ func (c *conn) applyTrim(shard record.ShardID, p *pending) {
 	c.ok(wire.MsgTrimOK, p.reqID, "trim", p.start, p.held, wire.EncodeTrimOK(wire.TrimOK{Tail: res.Tail, Floor: res.Floor}))
 }
 
-// applyAppends writes a run as one store append and answers each request
-// with its own part of the batch.
+// maxSubmitted bounds the appends one connection has submitted to
+// Submitter logs and not yet seen answered, across its shards.
+const maxSubmitted = 64
+
+// applyAppends writes a run as one append and answers each request with
+// its own part of the batch. On a Submitter log it submits the run and
+// returns: a goroutine answers when it is acknowledged, so the next run of
+// the queue is submitted behind it without waiting (appends on one
+// connection to one shard are still applied in the order they were sent).
 func (c *conn) applyAppends(shard record.ShardID, run []*pending) {
 	l, err := c.s.shards.DataLog(shard)
 	if err != nil {
@@ -134,15 +141,46 @@ func (c *conn) applyAppends(shard record.ShardID, run []*pending) {
 	for i := range recs {
 		recs[i].Epoch = c.s.opts.Epoch
 	}
-	res, err := l.Append(c.s.storeCtx, recs, run[0].app.ExpectTail)
-	if err != nil && len(run) > 1 && (errors.Is(err, record.ErrRecordTooLarge) || errors.Is(err, logstore.ErrBadRecord)) {
-		// Refused before anything was written: apply each alone so one
-		// bad request does not fail its neighbours.
-		for _, p := range run {
-			c.applyAppends(shard, []*pending{p})
+	sub, async := l.(Submitter)
+	if !async {
+		res, err := l.Append(c.s.storeCtx, recs, run[0].app.ExpectTail)
+		if err != nil && c.splitRefused(shard, run, err) {
+			return
+		}
+		c.appended(run, res, err)
+		return
+	}
+	c.submitted <- struct{}{}
+	wait, err := sub.SubmitAppend(c.s.storeCtx, recs, run[0].app.ExpectTail)
+	if err != nil {
+		<-c.submitted
+		if !c.splitRefused(shard, run, err) {
+			c.appended(run, logstore.AppendResult{}, err)
 		}
 		return
 	}
+	go func() {
+		res, err := wait(c.s.storeCtx)
+		<-c.submitted
+		c.appended(run, res, err)
+	}()
+}
+
+// splitRefused handles a run of several requests refused before anything
+// was written because of one bad request: each is applied alone, so it
+// does not fail its neighbours. It reports whether it did so.
+func (c *conn) splitRefused(shard record.ShardID, run []*pending, err error) bool {
+	if len(run) < 2 || !(errors.Is(err, record.ErrRecordTooLarge) || errors.Is(err, logstore.ErrBadRecord)) {
+		return false
+	}
+	for _, p := range run {
+		c.applyAppends(shard, []*pending{p})
+	}
+	return true
+}
+
+// appended answers every request of a run with the outcome of its append.
+func (c *conn) appended(run []*pending, res logstore.AppendResult, err error) {
 	if err != nil {
 		for _, p := range run {
 			c.fail(p.reqID, "append", p.start, p.held, err)

@@ -24,6 +24,27 @@ type Log interface {
 	WaitCommitted(ctx context.Context, from uint64) error
 }
 
+// Submitter is an optional interface of Log: a log that can take an
+// append without the caller waiting for its acknowledgement. SubmitAppend
+// places recs after every append submitted before it on the same log (the
+// order of SubmitAppend calls is the order in which appends are applied,
+// and a conditional append's expectTail is checked against the tail those
+// earlier appends leave). An error from SubmitAppend means nothing was
+// submitted. Otherwise the returned function waits for the outcome, which
+// is what Append would have returned; it is called exactly once.
+//
+// The server pipelines appends on one connection through it: a replicated
+// log acknowledges an append after a network round trip, and waiting for
+// each before submitting the next would leave one append in flight per
+// connection.
+type Submitter interface {
+	SubmitAppend(ctx context.Context, recs []record.Record, expectTail *uint64) (AppendWait, error)
+}
+
+// AppendWait waits for the outcome of a submitted append; ctx bounds the
+// wait only (the append may still be applied after ctx ends).
+type AppendWait func(ctx context.Context) (logstore.AppendResult, error)
+
 // Shards resolves a shard to the log the server serves for it. It returns
 // an error matching record.ErrShardUnknown for a shard this broker does not
 // hold, or a *wire.Error (NotLeader, Fenced, Unavailable) to refuse it.
