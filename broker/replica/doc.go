@@ -13,14 +13,25 @@
 // goes through the shard's inbox to its goroutine, which feeds the core and
 // then, while the core has a Ready: sends its Messages (requests over the
 // pool's current connection to the follower, answers over the accepted
-// connection the request came on, Message.Conn), persists its Writes in
-// order (appends through Log.AppendReplicated, the leader's own too since
-// the core assigns offsets; truncations through Log.TruncateFrom), applies
-// its Commits with Log.SetCommitted (so the floor moves only on committed
-// trims), completes the waiting client calls with its Acks, passes its
-// Report to Options.OnReport, and calls Advance. Events that arrive while a
-// Ready is being persisted wait in the inbox and are fed together next
-// time, which is what batches a busy shard's writes.
+// connection the request came on, Message.Conn), applies its Commits with
+// Log.SetCommitted (so the floor moves only on committed trims), completes
+// the waiting client calls with its Acks, passes its Report to
+// Options.OnReport, and hands its Writes to the shard's persister.
+//
+// Persisting is asynchronous. The persister goroutine writes the Readies it
+// is handed in order (appends through Log.AppendReplicated, the leader's
+// own too since the core assigns offsets; truncations through
+// Log.TruncateFrom; resets through Log.ResetAt), several Readies waiting
+// together as one store append and one sync, and hands each back; the
+// drive loop then calls Advance with it. Meanwhile the loop keeps feeding
+// the core: a leader ships new proposals and counts followers' answers
+// while its own write syncs, and a follower takes the next Append. At most
+// maxPersisting Readies are in flight; beyond that the core gathers (and
+// batches) its output. Commits and Acks never cover records of a Ready not
+// yet advanced, so delivering them before the Ready's writes are durable is
+// safe; the core lowers an in-flight Ready's persisted position to any
+// later truncation point. A Ready holding a reset is persisted in the loop
+// once everything before it is, since its commit follows the reset.
 //
 // A pass starts every Options.PassInterval (one core Tick); a client append
 // ships at once.

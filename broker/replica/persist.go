@@ -15,17 +15,74 @@ const (
 	chunkMaxBytes   = 2 << 20
 )
 
+// persistDone is the persister's answer for one Ready: its Writes are
+// durable (err == nil), or the store failed and the shard must stop.
+type persistDone struct {
+	rd  replication.Ready
+	err error
+}
+
+// persistLoop makes the Writes of the Readies on s.toPersist durable, in
+// order, and answers each on s.persisted. Readies waiting together are
+// written together (one store append, one sync, for consecutive appends to
+// a log). After a failure it writes nothing more. It closes done when
+// s.toPersist is closed and drained, or after a failure.
+func (s *shard) persistLoop(done chan<- struct{}) {
+	defer close(done)
+	var batch []replication.Ready
+	var ws []replication.LogWrite
+	for rd := range s.toPersist {
+		batch, ws = append(batch[:0], rd), append(ws[:0], rd.Writes...)
+	more:
+		for len(batch) < maxPersisting {
+			select {
+			case rd, ok := <-s.toPersist:
+				if !ok {
+					break more
+				}
+				batch = append(batch, rd)
+				ws = append(ws, rd.Writes...)
+			default:
+				break more
+			}
+		}
+		err := s.persist(ws)
+		for _, rd := range batch {
+			s.persisted <- persistDone{rd: rd, err: err} // never blocks: room for every Ready in flight
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// cacheWrites applies writes to the recent-record caches, in order, when
+// the run goroutine takes them from a Ready: the caches hold the core's
+// view of each log (records still being persisted included; the core reads
+// through them only below what is persisted).
+func (s *shard) cacheWrites(ws []replication.LogWrite) {
+	for _, w := range ws {
+		switch w.Op {
+		case replication.WriteTruncate:
+			s.recent[w.Log].truncate(w.Offset)
+		case replication.WriteReset:
+			s.recent[w.Log].reset()
+		case replication.WriteAppend:
+			s.recent[w.Log].add(w.Records)
+		}
+	}
+}
+
 // persist applies writes in order: truncations (TruncateFrom), resets
-// (ResetAt) and appends (AppendReplicated), each log's recent-record cache
-// kept in step. Consecutive appends to one log are
-// contiguous by construction; they are written together, in chunks the
-// store accepts.
+// (ResetAt) and appends (AppendReplicated). Consecutive appends to one log
+// are contiguous by construction; they are written together, in chunks
+// the store accepts. It runs on the persister goroutine, or on the run
+// goroutine while the persister is idle.
 func (s *shard) persist(ws []replication.LogWrite) error {
 	for i := 0; i < len(ws); {
 		w := ws[i]
 		switch w.Op {
 		case replication.WriteTruncate:
-			s.recent[w.Log].truncate(w.Offset)
 			if err := s.logs[w.Log].TruncateFrom(w.Offset); err != nil {
 				return fmt.Errorf("truncate %s/%s at %d: %w", s.id, w.Log, w.Offset, err)
 			}
@@ -33,7 +90,6 @@ func (s *shard) persist(ws []replication.LogWrite) error {
 		case replication.WriteReset:
 			// The leader's first stored offset is above what this log can
 			// match: drop every record, start empty at Offset.
-			s.recent[w.Log].reset()
 			if err := s.logs[w.Log].ResetAt(w.Offset); err != nil {
 				return fmt.Errorf("reset %s/%s at %d: %w", s.id, w.Log, w.Offset, err)
 			}
@@ -74,10 +130,8 @@ func (s *shard) appendChunks(l record.LogKind, recs []record.Record) error {
 			n++
 		}
 		if err := s.logs[l].AppendReplicated(s.m.ctx, recs[:n]); err != nil {
-			s.recent[l].reset()
 			return fmt.Errorf("append %s/%s at %d: %w", s.id, l, recs[0].Offset, err)
 		}
-		s.recent[l].add(recs[:n])
 		recs = recs[n:]
 	}
 	return nil

@@ -19,6 +19,11 @@ const inboxSize = 4096
 // drainMax bounds the events fed between two Readies.
 const drainMax = 4096
 
+// maxPersisting bounds the Readies handed to the persister and not yet
+// advanced. While it is reached the core gathers its output (and batches
+// it) until the persister catches up.
+const maxPersisting = 16
+
 type evKind uint8
 
 const (
@@ -63,6 +68,13 @@ type shard struct {
 	done     chan struct{}
 	stopOnce sync.Once
 
+	// The persister (persist.go): Readies go out on toPersist in order and
+	// come back on persisted in the same order once their Writes are
+	// durable; persisting counts those in between (run goroutine only).
+	toPersist  chan replication.Ready
+	persisted  chan persistDone
+	persisting int
+
 	counters shipCounters // replication metrics, resolved once
 
 	status atomic.Pointer[replication.Status]
@@ -76,6 +88,7 @@ type shard struct {
 func newShard(m *Manager, id record.ShardID, replicas []replication.NodeID, mode replication.AckMode, base uint64) (*shard, error) {
 	s := &shard{m: m, id: id, replicas: append([]replication.NodeID(nil), replicas...),
 		inbox: make(chan event, inboxSize), stopping: make(chan struct{}), done: make(chan struct{}),
+		toPersist: make(chan replication.Ready, maxPersisting), persisted: make(chan persistDone, maxPersisting),
 		waiters: map[replication.ProposalID]chan replication.Ack{}}
 	s.mode.Store(uint32(mode))
 	var peerNames []string
@@ -148,10 +161,25 @@ func (s *shard) run() {
 	ticker := time.NewTicker(s.m.o.PassInterval)
 	defer ticker.Stop()
 	defer s.failWaiters()
+	persisterDone := make(chan struct{})
+	go s.persistLoop(persisterDone)
+	defer func() {
+		close(s.toPersist)
+		<-persisterDone
+	}()
+	fail := func(err error) {
+		log.Error(err, "replica stopped: cannot persist")
+		s.failed.Store(&err)
+	}
 	for {
 		select {
 		case ev := <-s.inbox:
 			s.apply(ev)
+		case d := <-s.persisted:
+			if err := s.advance(d); err != nil {
+				fail(err)
+				return
+			}
 		case <-ticker.C:
 			s.core.Tick()
 		case <-s.stopping:
@@ -162,18 +190,20 @@ func (s *shard) run() {
 			select {
 			case ev := <-s.inbox:
 				s.apply(ev)
+			case d := <-s.persisted:
+				if err := s.advance(d); err != nil {
+					fail(err)
+					return
+				}
 			default:
 				break drain
 			}
 		}
-		for s.core.HasReady() {
-			rd := s.core.Ready()
-			if err := s.handle(rd); err != nil {
-				log.Error(err, "replica stopped: cannot persist")
-				s.failed.Store(&err)
+		for s.persisting < maxPersisting && s.core.HasReady() {
+			if err := s.handle(s.core.Ready()); err != nil {
+				fail(err)
 				return
 			}
-			s.core.Advance(rd)
 		}
 		st := s.core.Status()
 		s.status.Store(&st)
@@ -203,15 +233,47 @@ func (s *shard) apply(ev event) {
 }
 
 // handle carries out one Ready: messages first (they may go before the
-// writes are durable), then the writes in order, then commits, acks and
-// the report.
+// writes are durable), then commits, acks and the report (they never
+// depend on this Ready's writes), and the writes go to the persister,
+// behind those of earlier Readies; the Ready is advanced when they are
+// durable. A Ready holding a reset is the exception: its commits follow
+// the reset, so it waits for the persister to finish everything before it
+// and is persisted and advanced here.
 func (s *shard) handle(rd replication.Ready) error {
 	for _, msg := range rd.Messages {
 		s.send(msg)
 	}
-	if err := s.persist(rd.Writes); err != nil {
+	s.cacheWrites(rd.Writes)
+	if hasReset(rd.Writes) {
+		for s.persisting > 0 {
+			if err := s.advance(<-s.persisted); err != nil {
+				return err
+			}
+		}
+		if err := s.persist(rd.Writes); err != nil {
+			return err
+		}
+		if err := s.deliver(rd); err != nil {
+			return err
+		}
+		s.core.Advance(rd)
+		return nil
+	}
+	if err := s.deliver(rd); err != nil {
 		return err
 	}
+	if len(rd.Writes) == 0 && s.persisting == 0 {
+		s.core.Advance(rd)
+		return nil
+	}
+	s.persisting++
+	s.toPersist <- rd // never blocks: at most maxPersisting are out
+	return nil
+}
+
+// deliver applies a Ready's commits, completes the client calls its acks
+// answer and hands on its report.
+func (s *shard) deliver(rd replication.Ready) error {
 	for _, c := range rd.Commits {
 		if err := s.logs[c.Log].SetCommitted(c.Committed); err != nil {
 			return fmt.Errorf("commit %s/%s at %d: %w", s.id, c.Log, c.Committed, err)
@@ -224,6 +286,25 @@ func (s *shard) handle(rd replication.Ready) error {
 		s.m.o.OnReport(*rd.Report)
 	}
 	return nil
+}
+
+// advance takes the persister's answer for the oldest Ready in flight.
+func (s *shard) advance(d persistDone) error {
+	s.persisting--
+	if d.err != nil {
+		return d.err
+	}
+	s.core.Advance(d.rd)
+	return nil
+}
+
+func hasReset(ws []replication.LogWrite) bool {
+	for _, w := range ws {
+		if w.Op == replication.WriteReset {
+			return true
+		}
+	}
+	return false
 }
 
 // send puts a message on the wire: requests over the pool's connection

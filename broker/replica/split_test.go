@@ -78,6 +78,7 @@ func TestPersistChunksLargeWrites(t *testing.T) {
 		{Op: replication.WriteAppend, Log: record.LogData, Offset: 10, Records: big[10:]},
 		{Op: replication.WriteTruncate, Log: record.LogData, Offset: 7},
 	}
+	s.cacheWrites(ws)
 	if err := s.persist(ws); err != nil {
 		t.Fatal(err)
 	}

@@ -59,4 +59,12 @@
 //			r.Advance(rd)
 //		}
 //	}
+//
+// That loop persists synchronously. A runtime may instead persist
+// asynchronously (broker/replica does): hand rd.Writes to a persister and
+// go on feeding inputs and taking Readies, delivering each Ready's Commits
+// and Acks at once, and call Advance once per Ready, in Ready order, as
+// its writes become durable. A Ready holding a WriteReset is the
+// exception: its Commits follow the reset. See docs/replication-design.md,
+// "Asynchronous persistence".
 package replication

@@ -23,9 +23,10 @@ type logView struct {
 	epochs       []EpochStart
 	unstable     []record.Record
 	unstableFrom uint64
-	// readyTail is the tail as of the last Ready that carried writes of
-	// this log; Advance makes it the stable position.
-	readyTail uint64
+	// issued holds, oldest first, the tail as of each Ready not yet
+	// advanced, lowered to every later truncation or reset point: the
+	// Advance of that Ready makes it the stable position.
+	issued []uint64
 	// baseEpoch is the epoch of the record just below base, when known
 	// (learned by compacting or from the leader at a reset; 0 otherwise,
 	// e.g. after a restart). It lets an Append at the base still offer a
@@ -34,7 +35,7 @@ type logView struct {
 }
 
 func newLogView(s LogState) logView {
-	v := logView{base: s.Base, tail: s.Tail, stable: s.Tail, unstableFrom: s.Tail, readyTail: s.Tail}
+	v := logView{base: s.Base, tail: s.Tail, stable: s.Tail, unstableFrom: s.Tail}
 	for _, e := range s.Epochs {
 		if e.Offset >= s.Tail {
 			break
@@ -69,8 +70,9 @@ func (v *logView) compact(start uint64) {
 // persisted position all at, no records in memory. prev is the epoch of
 // the record below at, if known (else 0).
 func (v *logView) reset(at, prev uint64) {
-	v.base, v.tail, v.stable, v.readyTail, v.unstableFrom = at, at, at, at, at
+	v.base, v.tail, v.stable, v.unstableFrom = at, at, at, at
 	v.epochs, v.unstable = nil, nil
+	v.lowerIssued(at)
 	v.baseEpoch = prev
 }
 
@@ -170,9 +172,7 @@ func (v *logView) truncate(at uint64) {
 	if v.stable > at {
 		v.stable = at
 	}
-	if v.readyTail > at {
-		v.readyTail = at
-	}
+	v.lowerIssued(at)
 	if at <= v.unstableFrom {
 		v.unstable = nil
 		v.unstableFrom = at
@@ -181,10 +181,31 @@ func (v *logView) truncate(at uint64) {
 	}
 }
 
-// advance marks everything written up to the last Ready as persisted.
+// lowerIssued lowers the tail of every Ready not yet advanced to at most
+// at: the records at or above at that those Readies wrote are no longer
+// the view's, so their persistence proves nothing about the view.
+func (v *logView) lowerIssued(at uint64) {
+	for i := range v.issued {
+		v.issued[i] = min(v.issued[i], at)
+	}
+}
+
+// ready records the tail as of a new Ready.
+func (v *logView) ready() { v.issued = append(v.issued, v.tail) }
+
+// advance marks everything written up to the oldest Ready not yet advanced
+// as persisted (nothing if there is none).
 func (v *logView) advance() {
-	if v.readyTail > v.stable {
-		v.stable = v.readyTail
+	if len(v.issued) == 0 {
+		return
+	}
+	t := v.issued[0]
+	v.issued = v.issued[1:]
+	if len(v.issued) == 0 {
+		v.issued = nil
+	}
+	if t = min(t, v.tail); t > v.stable {
+		v.stable = t
 	}
 	if v.stable > v.unstableFrom {
 		drop := v.stable - v.unstableFrom

@@ -240,11 +240,14 @@ type Status struct {
 }
 
 // Ready is everything the runtime must do after feeding inputs. Writes are
-// persisted in order; Messages may be sent before, during or after that
-// (a response never claims a record that is not yet persisted, because the
-// core only answers from positions reached by an earlier Advance); Commits,
-// Acks and Report are delivered to their consumers. Then Advance(rd) says
-// the Writes are durable.
+// persisted in order, after the Writes of every earlier Ready; Messages may
+// be sent before, during or after that (a response never claims a record
+// that is not yet persisted, because the core only answers from positions
+// reached by an earlier Advance); Commits, Acks and Report are delivered to
+// their consumers, and may be delivered before the Writes of the same Ready
+// are durable: they never depend on them (a commit or an acknowledgement
+// covers only records made durable by an earlier Advance). Then Advance(rd)
+// says the Writes are durable.
 type Ready struct {
 	Writes   []LogWrite
 	Messages []Message

@@ -401,21 +401,24 @@ func (r *Replica) send(m Message) {
 // HasReady reports whether Ready would return something.
 func (r *Replica) HasReady() bool { return !r.out.Empty() }
 
-// Ready returns what the runtime must do now and clears it. Call Advance
-// with it once its Writes are durable; more inputs may be fed in between,
-// but Ready must not be called again before that Advance.
+// Ready returns what the runtime must do now and clears it. Each Ready is
+// followed by exactly one Advance, in the order the Readies were taken,
+// once its Writes (and those of every earlier Ready) are durable. More
+// inputs may be fed, and further Readies taken, before that Advance: the
+// runtime may persist asynchronously, with several Readies in flight.
 func (r *Replica) Ready() Ready {
 	rd := r.out
 	r.out = Ready{}
 	for i := range r.logs {
-		r.logs[i].readyTail = r.logs[i].tail
+		r.logs[i].ready()
 	}
 	return rd
 }
 
-// Advance tells the replica that every Write of rd (and of every earlier
-// Ready) is durable. It releases answers that waited for those records and
-// recounts marks that include the local log.
+// Advance tells the replica that every Write of the oldest Ready not yet
+// advanced (and of every earlier one) is durable; rd is that Ready. It
+// releases answers that waited for those records and recounts marks that
+// include the local log. An Advance with no Ready in flight does nothing.
 func (r *Replica) Advance(rd Ready) {
 	_ = rd
 	for i := range r.logs {

@@ -160,6 +160,9 @@ type Stats struct {
 	Trims       int
 	Compactions int
 	Resets      int
+	// Overlapped counts Readies taken while an earlier Ready of the same
+	// replica was still being persisted (asynchronous persistence).
+	Overlapped int
 	// EndedServed counts runs that ended with a serving leader.
 	EndedServed int
 	// Ticks counts simulated ticks; ServingTicks those that ended with a
@@ -199,6 +202,7 @@ func (s *Stats) Add(o Stats) {
 	s.Trims += o.Trims
 	s.Compactions += o.Compactions
 	s.Resets += o.Resets
+	s.Overlapped += o.Overlapped
 	s.EndedServed += o.EndedServed
 	s.Ticks += o.Ticks
 	s.ServingTicks += o.ServingTicks
@@ -207,9 +211,9 @@ func (s *Stats) Add(o Stats) {
 // String renders the figures with sorted keys.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d trims=%d compactions=%d resets=%d ended-serving=%d",
+	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d trims=%d compactions=%d resets=%d overlapped=%d ended-serving=%d",
 		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost,
-		s.Trims, s.Compactions, s.Resets, s.EndedServed)
+		s.Trims, s.Compactions, s.Resets, s.Overlapped, s.EndedServed)
 	b.WriteString(" faults{" + renderCounts(s.Faults) + "}")
 	b.WriteString(" waits{" + renderCounts(s.Waits) + "}")
 	return b.String()

@@ -51,9 +51,13 @@ func (s *simulation) exec(e Event) {
 			s.stop(n)
 		}
 	case EvMidReadyCrash:
-		if n.running() && n.r.HasReady() && s.budgetAllows(n) {
+		if n.running() && (n.r.HasReady() || len(n.inflight) > 0) && s.budgetAllows(n) {
 			rd := n.r.Ready()
-			s.partialReady(n, rd, rng.IntN(len(rd.Writes)+1))
+			inflight := 0
+			for _, f := range n.inflight {
+				inflight += len(f.Writes)
+			}
+			s.partialReady(n, rd, rng.IntN(inflight+len(rd.Writes)+1))
 			if e.Arg == 1 {
 				s.fault("mid-ready-machine-crash", n)
 				s.stop(n)
@@ -147,10 +151,17 @@ func (s *simulation) fault(kind string, n *node) {
 }
 
 // partialReady handles a Ready taken from a replica that dies during it:
-// the messages left, only the first k writes reached the page cache.
+// the messages left, only the first k writes of those in flight (the
+// in-flight Readies' first, in order, then rd's) reached the page cache.
 func (s *simulation) partialReady(n *node, rd replication.Ready, k int) {
 	s.net.send(s.now, rd.Messages)
-	for i, w := range rd.Writes {
+	var ws []replication.LogWrite
+	for _, f := range n.inflight {
+		ws = append(ws, f.Writes...)
+	}
+	ws = append(ws, rd.Writes...)
+	n.inflight = nil
+	for i, w := range ws {
 		if i >= k {
 			break
 		}

@@ -39,7 +39,10 @@ type node struct {
 	pending []closed
 
 	r   *replication.Replica
-	inc uint64 // incarnation of the running process
+	// inflight holds the Readies whose writes the runtime has not yet
+	// persisted, oldest first.
+	inflight []replication.Ready
+	inc      uint64 // incarnation of the running process
 	// sid is the storage id the running process presents.
 	sid replication.StorageID
 

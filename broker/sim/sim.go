@@ -22,6 +22,9 @@ type simulation struct {
 	cfg   Config
 	shape Shape
 	f     int // fault budget (R-1)/2
+	// prng decides when a replica's runtime finishes persisting a Ready
+	// (several may be in flight, as in broker/replica).
+	prng *rand.Rand
 
 	nodes []*node
 	net   network
@@ -75,7 +78,7 @@ func Run(cfg Config) Result {
 	shape, events := Generate(cfg.Seed, cfg.Steps)
 	s := &simulation{cfg: cfg, shape: shape, f: (shape.Replicas - 1) / 2, net: newNetwork(shape.Replicas),
 		proposals: map[replication.ProposalID]proposal{}, ackedBy: map[uint64]replication.NodeID{},
-		stats: newStats()}
+		stats: newStats(), prng: rand.New(rand.NewPCG(cfg.Seed, 0xa5e7))}
 	s.stats.Runs = 1
 	for l := range s.committed {
 		s.committed[l] = map[uint64]record.Record{}
@@ -293,6 +296,7 @@ func (s *simulation) connect(a, b *node) {
 func (s *simulation) stop(n *node) {
 	n.up, n.frozen = false, false
 	n.report = nil
+	n.inflight = nil // never handed to the OS
 	for _, o := range s.nodes {
 		if o == n {
 			continue
@@ -332,12 +336,21 @@ func (s *simulation) thaw(n *node) {
 }
 
 // processAll hands every running replica's Ready to the runtime until
-// none has output.
+// none has output. Persisting is asynchronous, as in broker/replica: a
+// Ready's writes may stay in flight across later Readies, message
+// deliveries and processAll calls; each call finishes the oldest in-flight
+// Ready of a running replica with probability 1/2 per round.
 func (s *simulation) processAll() {
 	for round := 0; round < 64; round++ {
 		any := false
 		for _, n := range s.nodes {
-			if n.running() && n.r.HasReady() {
+			if !n.running() {
+				continue
+			}
+			if len(n.inflight) > 0 && s.prng.IntN(2) == 0 {
+				s.persistOldest(n)
+			}
+			if n.r.HasReady() {
 				any = true
 				s.process(n)
 			}
@@ -348,13 +361,58 @@ func (s *simulation) processAll() {
 	}
 }
 
-// process handles one Ready of n: messages leave, writes reach the page
-// cache (and the disk under OnCommit), then commits, acknowledgements and
-// the report are taken and the core is told with Advance.
+// process handles one Ready of n: messages leave; commits,
+// acknowledgements and the report are taken (they never depend on this
+// Ready's writes); the writes join the in-flight ones, persisted in order
+// later (persistOldest), and the core is told with Advance then. A Ready
+// holding a reset is a barrier, as in the runtime: everything in flight is
+// persisted, then its writes, then its commits are taken.
 func (s *simulation) process(n *node) {
+	if len(n.inflight) > 0 {
+		s.stats.Overlapped++
+	}
 	rd := n.r.Ready()
 	s.net.send(s.now, rd.Messages)
-	for _, w := range rd.Writes {
+	if hasReset(rd.Writes) {
+		for len(n.inflight) > 0 && s.fail == nil {
+			s.persistOldest(n)
+		}
+		s.persistWrites(n, rd.Writes)
+		s.deliver(n, rd)
+		n.r.Advance(rd)
+		return
+	}
+	s.deliver(n, rd)
+	n.inflight = append(n.inflight, rd)
+	if s.prng.IntN(2) == 0 {
+		s.persistOldest(n)
+	}
+}
+
+func hasReset(ws []replication.LogWrite) bool {
+	for _, w := range ws {
+		if w.Op == replication.WriteReset {
+			return true
+		}
+	}
+	return false
+}
+
+// persistOldest persists the writes of n's oldest in-flight Ready and
+// advances the core with it.
+func (s *simulation) persistOldest(n *node) {
+	rd := n.inflight[0]
+	n.inflight = n.inflight[1:]
+	s.persistWrites(n, rd.Writes)
+	if s.fail == nil {
+		n.r.Advance(rd)
+	}
+}
+
+// persistWrites puts writes in the page cache (and on the disk under
+// OnCommit), checking the invariants a write can break.
+func (s *simulation) persistWrites(n *node, ws []replication.LogWrite) {
+	for _, w := range ws {
 		if w.Op == replication.WriteTruncate && w.Offset < n.lastCommitted[w.Log] {
 			s.failf(InvCommittedTruncated, "%s truncates %s at %d below its committed %d", n.id, w.Log, w.Offset, n.lastCommitted[w.Log])
 		}
@@ -372,9 +430,13 @@ func (s *simulation) process(n *node) {
 			return
 		}
 	}
-	if s.shape.Fsync == fsyncOnCommit && len(rd.Writes) > 0 {
+	if s.shape.Fsync == fsyncOnCommit && len(ws) > 0 {
 		n.vol.disk.sync()
 	}
+}
+
+// deliver takes a Ready's commits, acknowledgements and report.
+func (s *simulation) deliver(n *node, rd replication.Ready) {
 	for _, c := range rd.Commits {
 		if c.Committed < n.lastCommitted[c.Log] {
 			s.failf(InvCommitBack, "%s: %s committed %d after %d", n.id, c.Log, c.Committed, n.lastCommitted[c.Log])
@@ -387,7 +449,6 @@ func (s *simulation) process(n *node) {
 	if rd.Report != nil {
 		n.report = rd.Report
 	}
-	n.r.Advance(rd)
 }
 
 // onAck records an acknowledgement and checks it names the proposal's
