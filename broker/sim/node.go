@@ -38,7 +38,7 @@ type node struct {
 	// pending holds Disconnected calls a frozen process has yet to see.
 	pending []closed
 
-	r   *replication.Replica
+	r *replication.Replica
 	// inflight holds the Readies whose writes the runtime has not yet
 	// persisted, oldest first.
 	inflight []replication.Ready
