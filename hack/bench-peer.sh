@@ -21,6 +21,6 @@ run --publishers 16 --pending 1 --sync-always   # sync16, fsync before every ack
 run --publishers 16 --pending 8 --sync-always   # pipelined, fsync before every ack
 echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 if [[ -z "${SKIP_FELIX:-}" ]]; then
-	go test -run XXX -bench 'QuorumAppend/(periodic|on-commit)/(pipelined|sync16)$' -benchtime 30000x ./broker/replica
+	go test -run XXX -bench 'QuorumAppend/(periodic|on-commit)/(pipelined|sync16)$' -benchtime "${FELIX_BENCHTIME:-100000x}" ./broker/replica
 	echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 fi
