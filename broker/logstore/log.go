@@ -102,6 +102,27 @@ func (l *Log) AppendReplicated(ctx context.Context, recs []record.Record) error 
 	return l.s.submit(ctx, r)
 }
 
+// SubmitReplicated queues recs as AppendReplicated does and returns without
+// waiting for them to be written: the returned function waits until they
+// are durable per the fsync mode and returns AppendReplicated's error. It
+// may be called any number of times. Appends submitted one after the other
+// from one goroutine are applied in that order, so a batch may start at the
+// tail an earlier submitted batch leaves; and a log's appends complete in
+// that order: once a later one's wait returns nil, every earlier one's on
+// the same log is done and succeeded (a failed write fails every write to
+// the log queued behind it). An error from SubmitReplicated itself means
+// nothing was queued.
+func (l *Log) SubmitReplicated(ctx context.Context, recs []record.Record) (func(context.Context) error, error) {
+	r, err := l.prepare(recs, opReplicated)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.s.enqueue(ctx, r); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return l.s.await(ctx, r) }, nil
+}
+
 // prepare validates and encodes an append in the caller's goroutine.
 func (l *Log) prepare(recs []record.Record, op opKind) (*writeReq, error) {
 	o := &l.s.opts

@@ -52,6 +52,15 @@ const (
 
 // submit hands r to the writer and waits for its answer.
 func (s *Store) submit(ctx context.Context, r *writeReq) error {
+	if err := s.enqueue(ctx, r); err != nil {
+		return err
+	}
+	return s.await(ctx, r)
+}
+
+// enqueue hands r to the writer; requests enqueued from one goroutine are
+// written in that order.
+func (s *Store) enqueue(ctx context.Context, r *writeReq) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -63,10 +72,15 @@ func (s *Store) submit(ctx context.Context, r *writeReq) error {
 	select {
 	case s.reqs <- r:
 		s.leave()
+		return nil
 	case <-ctx.Done():
 		s.leave()
 		return ctx.Err()
 	}
+}
+
+// await waits for an enqueued request's outcome.
+func (s *Store) await(ctx context.Context, r *writeReq) error {
 	select {
 	case <-r.done:
 		return r.err

@@ -18,12 +18,15 @@
 // the waiting client calls with its Acks, passes its Report to
 // Options.OnReport, and hands its Writes to the shard's persister.
 //
-// Persisting is asynchronous. The persister goroutine writes the Readies it
-// is handed in order (appends through Log.AppendReplicated, the leader's
-// own too since the core assigns offsets; truncations through
-// Log.TruncateFrom; resets through Log.ResetAt), several Readies waiting
-// together as one store append and one sync, and hands each back; the
-// drive loop then calls Advance with it. Meanwhile the loop keeps feeding
+// Persisting is asynchronous. The persister goroutine queues the writes of
+// the Readies it is handed in order (appends through Log.SubmitReplicated,
+// the leader's own too since the core assigns offsets, without waiting, so
+// the store writes the next batch while it syncs the previous one;
+// truncations through Log.TruncateFrom and resets through Log.ResetAt once
+// the appends queued before them are durable), several Readies waiting
+// together as one store append, and a completer goroutine hands each Ready
+// back once its writes are durable; the drive loop then calls Advance
+// with it. Meanwhile the loop keeps feeding
 // the core: a leader ships new proposals and counts followers' answers
 // while its own write syncs, and a follower takes the next Append. At most
 // maxPersisting Readies are in flight; beyond that the core gathers (and

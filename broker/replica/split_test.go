@@ -89,3 +89,75 @@ func TestPersistChunksLargeWrites(t *testing.T) {
 		t.Fatalf("recent after truncate: %d records, %v", len(got), ok)
 	}
 }
+
+// The persister queues appends without waiting for them; a truncation in a
+// later Ready waits for them first, so the store ends up holding what the
+// core's view holds, and every Ready is answered in order.
+func TestPersisterTruncatesAfterQueuedAppends(t *testing.T) {
+	st, err := logstore.Open(logstore.Options{Dir: t.TempDir(), Fsync: logstore.FsyncOnCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	m, err := NewManager(Options{Store: st, Self: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := newShard(m, testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := func(from, n, epoch uint64) []record.Record {
+		var out []record.Record
+		for o := from; o < from+n; o++ {
+			out = append(out, record.Record{Offset: o, Epoch: epoch, Kind: record.KindData, Payload: []byte{byte(o), byte(epoch)}})
+		}
+		return out
+	}
+	readies := []replication.Ready{
+		{Writes: []replication.LogWrite{{Op: replication.WriteAppend, Log: record.LogData, Offset: 0, Records: recs(0, 10, 1)}}},
+		{Writes: []replication.LogWrite{{Op: replication.WriteAppend, Log: record.LogData, Offset: 10, Records: recs(10, 10, 1)}}},
+		{Writes: []replication.LogWrite{
+			{Op: replication.WriteTruncate, Log: record.LogData, Offset: 5},
+			{Op: replication.WriteAppend, Log: record.LogData, Offset: 5, Records: recs(5, 3, 2)},
+		}},
+		{Writes: []replication.LogWrite{{Op: replication.WriteAppend, Log: record.LogData, Offset: 8, Records: recs(8, 2, 2)}}},
+	}
+	done := make(chan struct{})
+	go s.persistLoop(done)
+	for _, rd := range readies {
+		s.toPersist <- rd
+	}
+	for i := range readies {
+		d := <-s.persisted
+		if d.err != nil {
+			t.Fatalf("Ready %d: %v", i, d.err)
+		}
+		if d.rd.Writes[0].Offset != readies[i].Writes[0].Offset {
+			t.Fatalf("answer %d is for the Ready at %d, want %d", i, d.rd.Writes[0].Offset, readies[i].Writes[0].Offset)
+		}
+	}
+	close(s.toPersist)
+	<-done
+	lg := s.logs[record.LogData]
+	if d := lg.Describe(); d.Tail != 10 || d.Durable != 10 {
+		t.Fatalf("log %+v, want tail and durable 10", d)
+	}
+	res, err := lg.ReadRaw(0, logstore.ReadOptions{MaxRecords: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Records {
+		want := uint64(1)
+		if r.Offset >= 5 {
+			want = 2
+		}
+		if r.Epoch != want {
+			t.Fatalf("record %d at epoch %d, want %d", r.Offset, r.Epoch, want)
+		}
+	}
+	if len(res.Records) != 10 {
+		t.Fatalf("%d records, want 10", len(res.Records))
+	}
+}
