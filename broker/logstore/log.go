@@ -89,6 +89,32 @@ func (l *Log) Append(ctx context.Context, recs []record.Record, expectTail *uint
 	return r.res, nil
 }
 
+// SubmitAppend queues an append as Append does and returns without waiting
+// for it: the returned function waits for the outcome Append would have
+// returned (it may be called any number of times). Appends (and trims)
+// submitted one after the other from one goroutine are applied in that
+// order, so expectTail is checked against the tail the earlier ones leave.
+// An error from SubmitAppend itself means nothing was queued.
+func (l *Log) SubmitAppend(ctx context.Context, recs []record.Record, expectTail *uint64) (func(context.Context) (AppendResult, error), error) {
+	r, err := l.prepare(recs, opAppend)
+	if err != nil {
+		return nil, err
+	}
+	if expectTail != nil {
+		e := *expectTail
+		r.expect = &e
+	}
+	if err := l.s.enqueue(ctx, r); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (AppendResult, error) {
+		if err := l.s.await(ctx, r); err != nil {
+			return AppendResult{}, err
+		}
+		return r.res, nil
+	}, nil
+}
+
 // AppendReplicated writes records copied from a leader, keeping their
 // offsets, kinds (trim and fence included), floors, epochs and timestamps.
 // The offsets must be dense and start at the tail; otherwise

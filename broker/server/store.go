@@ -8,7 +8,7 @@ import (
 )
 
 // Log is what the server needs from one shard log. *logstore.Log satisfies
-// it; replication will wrap it.
+// it (and Submitter), as does the replicated data log of broker/replica.
 type Log interface {
 	// Append writes recs as one batch at the tail, conditional on
 	// expectTail when set [TR-1], and returns once acknowledged.
@@ -42,8 +42,9 @@ type Submitter interface {
 }
 
 // AppendWait waits for the outcome of a submitted append; ctx bounds the
-// wait only (the append may still be applied after ctx ends).
-type AppendWait func(ctx context.Context) (logstore.AppendResult, error)
+// wait only (the append may still be applied after ctx ends). It is an
+// alias, so *logstore.Log's SubmitAppend satisfies Submitter.
+type AppendWait = func(ctx context.Context) (logstore.AppendResult, error)
 
 // Shards resolves a shard to the log the server serves for it. It returns
 // an error matching record.ErrShardUnknown for a shard this broker does not

@@ -118,3 +118,6 @@ func TestSubmitterPipelinesAppendsOnOneConnection(t *testing.T) {
 		}
 	}
 }
+
+// The standalone log store's logs pipeline too.
+var _ Submitter = (*logstore.Log)(nil)
