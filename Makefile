@@ -34,9 +34,9 @@ dev: build envtest-bins ## Run Felix locally: API server, operator and 5 broker 
 	hack/dev.sh
 
 .PHONY: dev-containers
-dev-containers: build envtest-bins ## Like dev, with every broker pod a Docker container (image built FROM scratch, nothing pulled).
+dev-containers: build envtest-bins ## Like dev, with every broker pod a Docker container on its own bridge network (image built FROM scratch, nothing pulled).
 	BASE=scratch hack/docker-build.sh felix:dev
-	hack/dev.sh --docker-image felix:dev
+	hack/dev.sh --docker-image felix:dev --docker-network felix-dev
 
 ##@ Development
 

@@ -41,14 +41,15 @@ func main() {
 	samples := flag.String("samples", filepath.Join(root, "config", "samples"), "manifests to apply once the cluster is up (empty: none)")
 	verbose := flag.Bool("v", false, "log the runner's progress to stderr")
 	dockerImage := flag.String("docker-image", "", "run broker pods as Docker containers of this local image (container mode)")
+	dockerNetwork := flag.String("docker-network", "", "with -docker-image: put every broker container on this Docker bridge network, each with its own address (created if missing, removed at exit if created); empty: host networking")
 	flag.Parse()
-	if err := run(*stateDir, *felix, *samples, *dockerImage, *verbose); err != nil {
+	if err := run(*stateDir, *felix, *samples, *dockerImage, *dockerNetwork, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "felix-dev:", err)
 		os.Exit(1)
 	}
 }
 
-func run(stateDir, felix, samples, dockerImage string, verbose bool) error {
+func run(stateDir, felix, samples, dockerImage, dockerNetwork string, verbose bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if _, err := os.Stat(felix); err != nil {
@@ -64,7 +65,8 @@ func run(stateDir, felix, samples, dockerImage string, verbose bool) error {
 	}
 	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(out, obj) }, funcr.Options{})
 	fmt.Println("starting kube-apiserver, etcd, the operator and the pod runner ...")
-	c, err := localcluster.Start(ctx, localcluster.Options{StateDir: stateDir, Felix: felix, DockerImage: dockerImage, Log: log})
+	c, err := localcluster.Start(ctx, localcluster.Options{StateDir: stateDir, Felix: felix, DockerImage: dockerImage,
+		DockerNetwork: dockerNetwork, Log: log})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,8 @@
 // CRDs and the VolumeSnapshot CRDs, the operator as a `felix operator`
 // process, the podrunner playing the kubelet for broker pods (each a
 // `felix broker` process on its own 127.0.0.x address, its volume a
-// directory), and the snapshot controller stand-in.
+// directory; or a Docker container, with host networking or on a bridge
+// network with its own address), and the snapshot controller stand-in.
 //
 // `make dev` (cmd/felix-dev) and the end-to-end scenarios use it.
 package localcluster
@@ -12,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -39,6 +41,15 @@ type Options struct {
 	// DockerImage, when set, runs broker pods as Docker containers of this
 	// local image (container mode) instead of local processes.
 	DockerImage string
+	// DockerNetwork, with DockerImage, runs the containers on this Docker
+	// bridge network (created if missing, on DockerSubnet or a free /24 of
+	// 172.29.0.0/16, and removed at Stop if created) instead of host
+	// networking: each pod has its own address in the subnet, reaches the
+	// API server relay at the network's gateway, and can be cut off with
+	// Runner.Partition.
+	DockerNetwork string
+	// DockerSubnet is the subnet DockerNetwork is created with (optional).
+	DockerSubnet netip.Prefix
 	// Log receives progress.
 	Log logr.Logger
 }
@@ -59,6 +70,7 @@ type Cluster struct {
 	StateDir   string
 
 	relay    *apiRelay
+	log      logr.Logger
 	cancel   context.CancelFunc
 	done     chan struct{}
 	operator *exec.Cmd
@@ -82,7 +94,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Env: env, StateDir: o.StateDir, done: make(chan struct{})}
+	c := &Cluster{Env: env, StateDir: o.StateDir, log: log, done: make(chan struct{})}
 	c.Kubeconfig = filepath.Join(o.StateDir, "kubeconfig")
 	fail := func(err error) (*Cluster, error) {
 		c.Stop()
@@ -99,7 +111,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	c.relay = relay
 	// The API server's certificate names 127.0.0.1, whatever the port.
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Host = "https://" + relay.addr
+	cfg.Host = "https://" + relay.addr()
 	if err := testenv.WriteKubeconfig(cfg, c.Kubeconfig); err != nil {
 		return fail(err)
 	}
@@ -108,7 +120,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	var docker *podrunner.DockerConfig
 	if o.DockerImage != "" {
-		docker = &podrunner.DockerConfig{Image: o.DockerImage}
+		docker = &podrunner.DockerConfig{Image: o.DockerImage, Network: o.DockerNetwork, Subnet: o.DockerSubnet}
+	} else if o.DockerNetwork != "" {
+		return fail(errors.New("localcluster: DockerNetwork needs DockerImage"))
 	}
 	runner, err := podrunner.New(podrunner.Config{
 		Docker:     docker,
@@ -122,6 +136,15 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return fail(err)
 	}
 	c.Runner = runner
+	if n, ok := runner.Network(); ok {
+		// Containers reach the host at the gateway: the relay listens
+		// there too, on the same port, and the runner points the pods'
+		// kubeconfigs at it (tls-server-name 127.0.0.1).
+		if err := relay.listenAlso(n.Gateway.String()); err != nil {
+			return fail(err)
+		}
+		log.Info("bridge network", "network", n.Name, "subnet", n.Subnet, "gateway", n.Gateway, "created", n.Created)
+	}
 	snaps, err := snapshots.New(snapshots.Config{RestConfig: cfg, Namespaces: o.Namespaces,
 		StateDir: o.StateDir, Freezer: runner, Logger: log.WithName("snapshots")})
 	if err != nil {
@@ -190,7 +213,11 @@ func (c *Cluster) Stop() {
 	}
 	if c.cancel != nil {
 		c.cancel()
-		<-c.done
+		<-c.done // the runner removed the network it created
+	} else if c.Runner != nil {
+		if err := c.Runner.Close(); err != nil {
+			c.log.Error(err, "remove bridge network")
+		}
 	}
 	if c.relay != nil {
 		c.relay.down()

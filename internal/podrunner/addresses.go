@@ -23,14 +23,17 @@ type AddressAllocator interface {
 	Allocate(namespace, name string) (netip.Addr, error)
 }
 
-// AddressBook is the default AddressAllocator: it hands out 127.0.0.First ..
-// 127.0.0.Last in order of first request and remembers the assignment in a
-// JSON file, so a pod name keeps its address across pod recreation and
-// runner restarts. Addresses are never released (a range of 253 names is
-// plenty for a local cluster).
+// AddressBook is the default AddressAllocator: it hands out the addresses
+// of its range (127.0.0.First .. 127.0.0.Last, or the hosts of a subnet) in
+// order of first request and remembers the assignment in a JSON file, so a
+// pod name keeps its address across pod recreation and runner restarts.
+// Addresses are never released (a range of 253 names is plenty for a local
+// cluster).
 type AddressBook struct {
-	path        string
-	first, last byte
+	path     string
+	lo, hi   netip.Addr          // the range, both included
+	reserved map[netip.Addr]bool // inside the range but never handed out
+	desc     string              // the range, for errors
 
 	mu       sync.Mutex
 	assigned map[string]netip.Addr
@@ -43,7 +46,36 @@ func NewAddressBook(path string, first, last byte) (*AddressBook, error) {
 	if first < 2 || last < first || last == 255 {
 		return nil, fmt.Errorf("podrunner: address range 127.0.0.%d-127.0.0.%d: want 2 <= first <= last <= 254", first, last)
 	}
-	b := &AddressBook{path: path, first: first, last: last, assigned: map[string]netip.Addr{}}
+	return loadAddressBook(path, netip.AddrFrom4([4]byte{127, 0, 0, first}), netip.AddrFrom4([4]byte{127, 0, 0, last}), nil,
+		fmt.Sprintf("127.0.0.%d-127.0.0.%d", first, last))
+}
+
+// NewSubnetAddressBook loads (or starts) the address book at path for the
+// host addresses of an IPv4 subnet (bridge container mode): every address
+// but the network address, the broadcast address and reserved (the
+// network's gateway). The subnet must hold at least one such address.
+// Assignments in the file outside the subnet are dropped, so a book whose
+// network was recreated on another subnet starts afresh.
+func NewSubnetAddressBook(path string, subnet netip.Prefix, reserved ...netip.Addr) (*AddressBook, error) {
+	subnet = subnet.Masked()
+	if !subnet.IsValid() || !subnet.Addr().Is4() || subnet.Bits() > 30 {
+		return nil, fmt.Errorf("podrunner: address book subnet %s: want an IPv4 subnet of at least 4 addresses", subnet)
+	}
+	lo := subnet.Addr().Next()
+	b := lo.As4()
+	host := uint32(1)<<(32-subnet.Bits()) - 1
+	n := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	n += host - 2 // the last host address: broadcast - 1
+	hi := netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	res := map[netip.Addr]bool{}
+	for _, a := range reserved {
+		res[a] = true
+	}
+	return loadAddressBook(path, lo, hi, res, subnet.String())
+}
+
+func loadAddressBook(path string, lo, hi netip.Addr, reserved map[netip.Addr]bool, desc string) (*AddressBook, error) {
+	b := &AddressBook{path: path, lo: lo, hi: hi, reserved: reserved, desc: desc, assigned: map[string]netip.Addr{}}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -77,11 +109,7 @@ func NewAddressBook(path string, first, last byte) (*AddressBook, error) {
 }
 
 func (b *AddressBook) inRange(a netip.Addr) bool {
-	if !a.Is4() {
-		return false
-	}
-	o := a.As4()
-	return o[0] == 127 && o[1] == 0 && o[2] == 0 && o[3] >= b.first && o[3] <= b.last
+	return a.Is4() && a.Compare(b.lo) >= 0 && a.Compare(b.hi) <= 0 && !b.reserved[a]
 }
 
 // Allocate returns the address of namespace/name, assigning the lowest free
@@ -97,9 +125,8 @@ func (b *AddressBook) Allocate(namespace, name string) (netip.Addr, error) {
 	for _, a := range b.assigned {
 		used[a] = true
 	}
-	for x := int(b.first); x <= int(b.last); x++ {
-		a := netip.AddrFrom4([4]byte{127, 0, 0, byte(x)})
-		if used[a] {
+	for a := b.lo; a.IsValid() && a.Compare(b.hi) <= 0; a = a.Next() {
+		if used[a] || b.reserved[a] {
 			continue
 		}
 		b.assigned[key] = a
@@ -109,7 +136,7 @@ func (b *AddressBook) Allocate(namespace, name string) (netip.Addr, error) {
 		}
 		return a, nil
 	}
-	return netip.Addr{}, fmt.Errorf("%w in 127.0.0.%d-127.0.0.%d for %s", ErrAddressesExhausted, b.first, b.last, key)
+	return netip.Addr{}, fmt.Errorf("%w in %s for %s", ErrAddressesExhausted, b.desc, key)
 }
 
 func (b *AddressBook) save() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -61,11 +62,15 @@ type Config struct {
 	// Docker, when set, runs every container whose image maps in Images as
 	// a Docker container of Docker.Image instead of a local process
 	// (container mode): host networking (so the pod keeps its 127.0.0.x
-	// address), each volume and the pod directory bind-mounted at the same
-	// path, kill = docker kill, freeze = docker pause.
+	// address) unless Docker.Network names a bridge network, each volume
+	// and the pod directory bind-mounted at the same path, kill = docker
+	// kill, freeze = docker pause.
 	Docker *DockerConfig
 	// Addresses allocates pod IPs; default: an AddressBook over
-	// 127.0.0.2-127.0.0.254 stored in StateDir/addresses.json.
+	// 127.0.0.2-127.0.0.254 stored in StateDir/addresses.json, or in bridge
+	// mode one over the network's subnet (gateway excluded) stored in
+	// StateDir/addresses-<network>.json. In bridge mode it must hand out
+	// addresses of the network's subnet.
 	Addresses AddressAllocator
 	// Snapshots supplies VolumeSnapshot content for claims restored from a
 	// snapshot; nil means such claims stay Pending.
@@ -128,7 +133,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.NodeName == "" {
 		out.NodeName = DefaultNodeName
 	}
-	if out.Addresses == nil {
+	if out.Addresses == nil && !out.bridge() {
 		book, err := NewAddressBook(filepath.Join(out.StateDir, "addresses.json"), 2, 254)
 		if err != nil {
 			return out, err
@@ -154,6 +159,11 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Logger = logr.Discard()
 	}
 	return out, nil
+}
+
+// bridge reports whether containers run on a Docker bridge network.
+func (c *Config) bridge() bool {
+	return c.Docker != nil && c.Docker.Network != ""
 }
 
 // binaryFor returns the local binary standing for image.
@@ -202,4 +212,23 @@ type DockerConfig struct {
 	Image string
 	// Docker is the docker CLI; default "docker".
 	Docker string
+	// Network, when set, runs every container on this user-defined Docker
+	// bridge network (bridge mode) instead of host networking: each pod
+	// gets its own address in the network's subnet (its status.podIP), the
+	// host reaches it there, and the pod reaches the host at the network's
+	// gateway (see Runner.Network). New creates the network if it does not
+	// exist, and Run removes it when it returns if New created it. Only in
+	// bridge mode can Partition cut a pod off the network.
+	Network string
+	// Subnet is the IPv4 subnet New creates Network with; when unset, the
+	// first /24 of 172.29.0.0/16 that overlaps no Docker network and no
+	// host interface. An existing network is used with its own subnet.
+	Subnet netip.Prefix
+}
+
+func (d DockerConfig) dockerCLI() string {
+	if d.Docker == "" {
+		return "docker"
+	}
+	return d.Docker
 }

@@ -86,7 +86,7 @@ func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, e
 	if kc := w.kubeconfig; kc != "" {
 		env.set("KUBECONFIG", kc)
 	}
-	user, err := resolveEnv(ctx, w.r.reader, w.pod, c, w.ip, w.r.cfg.NodeName)
+	user, err := resolveEnv(ctx, w.r.reader, w.pod, c, w.ip, w.r.cfg.NodeName, w.r.hostIP())
 	w.mu.Lock()
 	last := cs.lastEnv
 	w.mu.Unlock()
@@ -135,13 +135,43 @@ func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, e
 	_, _ = fmt.Fprintf(w.logFile, "=== %s podrunner: container %s start (restart %d): %s %s\n",
 		w.r.now().UTC().Format(time.RFC3339Nano), c.Name, cs.restarts, bin, strings.Join(argv, " "))
 	if d := w.r.cfg.Docker; d != nil {
-		return startContainer(*d, dockerSpec{
+		spec := dockerSpec{
 			name:   fmt.Sprintf("felix-%s-%s-%s-%d", w.pod.Namespace, w.pod.Name, c.Name, w.r.now().UnixNano()),
 			mounts: dockerMounts(mounts, pd, w.kubeconfig),
 			args:   argv, env: env.list(), out: w.logFile,
-		}, w.r.now())
+		}
+		if w.r.net == nil {
+			return startContainer(*d, spec, w.r.now())
+		}
+		if n := len(w.pod.Spec.Containers); n > 1 {
+			// Each container is a Docker container of its own: two could
+			// not share the pod's address (no pause container holds it).
+			return nil, fmt.Errorf("%w: bridge network mode runs pods of one container (init containers aside); this one has %d", errConfig, n)
+		}
+		return w.startOnBridge(*d, spec)
 	}
 	return startProcess(procSpec{path: bin, args: argv, env: env.list(), dir: dir, out: w.logFile}, w.r.now())
+}
+
+// startOnBridge starts a container on the bridge network at the pod's
+// address, disconnected if the pod is partitioned, and tracks it so
+// Partition and Heal reach it until it exits.
+func (w *podWorker) startOnBridge(d DockerConfig, spec dockerSpec) (*process, error) {
+	w.netMu.Lock()
+	defer w.netMu.Unlock()
+	spec.network, spec.ip, spec.cut = w.r.net.Name, w.ip, w.partitioned
+	p, err := startContainer(d, spec, w.r.now())
+	if err != nil {
+		return nil, err
+	}
+	w.attached[spec.name] = p
+	go func() {
+		<-p.done
+		w.netMu.Lock()
+		delete(w.attached, spec.name)
+		w.netMu.Unlock()
+	}()
+	return p, nil
 }
 
 // unreachable reports whether err is a failure to reach the API server

@@ -21,10 +21,34 @@ import (
 const tokenLifetime = time.Hour
 
 // credentials returns the kubeconfig path a pod's processes get as
-// $KUBECONFIG ("" for none).
+// $KUBECONFIG ("" for none). In bridge mode it is a copy of the kubeconfig
+// that reaches a loopback API server at the network's gateway (see
+// reachFromBridge).
 func (r *Runner) credentials(ctx context.Context, w *podWorker) (string, error) {
 	if !r.cfg.ServiceAccountTokens {
-		return r.cfg.Kubeconfig, nil
+		if r.net == nil || r.cfg.Kubeconfig == "" {
+			return r.cfg.Kubeconfig, nil
+		}
+		// Bridge mode: the container's loopback is its own, so it gets a
+		// copy reaching the host's API server at the gateway, with every
+		// file it names inlined (only the pod directory is mounted).
+		kc, err := clientcmd.LoadFromFile(r.cfg.Kubeconfig)
+		if err != nil {
+			return "", fmt.Errorf("kubeconfig: %w", err)
+		}
+		if err := clientcmdapi.FlattenConfig(kc); err != nil {
+			return "", fmt.Errorf("kubeconfig: %w", err)
+		}
+		reachFromBridge(kc, r.net.Gateway)
+		pd := podDir(r.cfg.StateDir, w.key.Namespace, w.key.Name)
+		if err := os.MkdirAll(pd, 0o755); err != nil {
+			return "", err
+		}
+		path := filepath.Join(pd, "kubeconfig")
+		if err := clientcmd.WriteToFile(*kc, path); err != nil {
+			return "", err
+		}
+		return path, nil
 	}
 	dir := filepath.Join(podDir(r.cfg.StateDir, w.key.Namespace, w.key.Name), "serviceaccount")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -48,6 +72,9 @@ func (r *Runner) credentials(ctx context.Context, w *podWorker) (string, error) 
 	kc.AuthInfos["pod"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
 	kc.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "pod", Namespace: w.key.Namespace}
 	kc.CurrentContext = "local"
+	if r.net != nil {
+		reachFromBridge(kc, r.net.Gateway)
+	}
 	path := filepath.Join(dir, "kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return "", err

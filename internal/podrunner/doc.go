@@ -8,8 +8,9 @@
 // scheduler would) or equals Config.NodeName. It registers that Node.
 //
 // What it does for such a pod:
-//   - gives it an address 127.0.0.x from Config.Addresses, stable per
-//     namespace/name, reported as status.podIP;
+//   - gives it an address 127.0.0.x from Config.Addresses (in bridge
+//     container mode, an address of the Docker network's subnet), stable
+//     per namespace/name, reported as status.podIP;
 //   - maps every PersistentVolumeClaim to the directory
 //     StateDir/pvc/<namespace>/<claim> (emptyDir, configMap and secret
 //     volumes to directories under StateDir/pods/<namespace>/<pod>);
@@ -35,6 +36,8 @@
 // garbage collector for its pods and claims (deleted once all their owners
 // are gone). Output goes to StateDir/logs/<namespace>/<pod>.log.
 //
-// Kill, Freeze, Thaw and WipeVolume inject faults for end-to-end tests.
+// Kill, Freeze, Thaw and WipeVolume inject faults for end-to-end tests, and
+// in bridge container mode (Config.Docker.Network) Partition and Heal cut
+// a pod off the network and connect it again.
 // docs/local-cluster.md describes what is and is not emulated.
 package podrunner

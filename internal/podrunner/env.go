@@ -52,7 +52,7 @@ func (e *envVars) list() []string {
 // envFrom sources in order, then env entries in order, each value expanded
 // against the variables defined before it. Downward-API fieldRefs, and
 // ConfigMap and Secret references read through reader, are resolved.
-func resolveEnv(ctx context.Context, reader client.Reader, pod *corev1.Pod, c *corev1.Container, ip netip.Addr, node string) (*envVars, error) {
+func resolveEnv(ctx context.Context, reader client.Reader, pod *corev1.Pod, c *corev1.Container, ip netip.Addr, node, host string) (*envVars, error) {
 	env := &envVars{}
 	for _, from := range c.EnvFrom {
 		switch {
@@ -87,7 +87,7 @@ func resolveEnv(ctx context.Context, reader client.Reader, pod *corev1.Pod, c *c
 			env.set(ev.Name, ExpandVars(ev.Value, env.lookup))
 			continue
 		}
-		v, ok, err := valueFrom(ctx, reader, pod, ev.ValueFrom, ip, node)
+		v, ok, err := valueFrom(ctx, reader, pod, ev.ValueFrom, ip, node, host)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", ev.Name, err)
 		}
@@ -102,10 +102,10 @@ func optional(p *bool) bool { return p != nil && *p }
 
 // valueFrom resolves one env valueFrom; ok is false for a missing optional
 // reference (the variable is then not set).
-func valueFrom(ctx context.Context, reader client.Reader, pod *corev1.Pod, src *corev1.EnvVarSource, ip netip.Addr, node string) (string, bool, error) {
+func valueFrom(ctx context.Context, reader client.Reader, pod *corev1.Pod, src *corev1.EnvVarSource, ip netip.Addr, node, host string) (string, bool, error) {
 	switch {
 	case src.FieldRef != nil:
-		v, err := fieldValue(pod, src.FieldRef.FieldPath, ip, node)
+		v, err := fieldValue(pod, src.FieldRef.FieldPath, ip, node, host)
 		return v, err == nil, err
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
@@ -141,7 +141,7 @@ func valueFrom(ctx context.Context, reader client.Reader, pod *corev1.Pod, src *
 }
 
 // fieldValue resolves a downward-API field path of pod.
-func fieldValue(pod *corev1.Pod, path string, ip netip.Addr, node string) (string, error) {
+func fieldValue(pod *corev1.Pod, path string, ip netip.Addr, node, host string) (string, error) {
 	switch path {
 	case "metadata.name":
 		return pod.Name, nil
@@ -156,7 +156,7 @@ func fieldValue(pod *corev1.Pod, path string, ip netip.Addr, node string) (strin
 	case "status.podIP", "status.podIPs":
 		return ip.String(), nil
 	case "status.hostIP", "status.hostIPs":
-		return hostIP, nil
+		return host, nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
 		if strings.HasPrefix(path, prefix+"['") && strings.HasSuffix(path, "']") {
@@ -166,5 +166,6 @@ func fieldValue(pod *corev1.Pod, path string, ip netip.Addr, node string) (strin
 	return "", fmt.Errorf("%w: unsupported fieldRef %q", errConfig, path)
 }
 
-// hostIP is the address of the "node": the host's own loopback address.
+// hostIP is the address of the "node" outside bridge mode: the host's own
+// loopback address.
 const hostIP = "127.0.0.1"

@@ -199,3 +199,85 @@ func (r *Runner) ClaimDir(namespace, claim string) string {
 func (r *Runner) LogPath(namespace, name string) string {
 	return LogPath(r.cfg.StateDir, namespace, name)
 }
+
+// Partition cuts pod namespace/name off the network in bridge container
+// mode (Config.Docker.Network): every container of the pod is
+// disconnected from the bridge network (docker network disconnect), so it
+// reaches neither its peers, nor the API server, nor the host, and nothing
+// reaches it (clients and probes included: the pod turns unready, and a
+// partition longer than its liveness probe allows gets it restarted),
+// until Heal. Its processes keep running and keep their sockets, bound
+// to the pod IP. A container (re)started while the pod is partitioned is
+// created on the network and disconnected before it starts (with
+// net.ipv4.ip_nonlocal_bind=1, so it can still bind its pod IP): the pod
+// stays partitioned across restarts. Partitioning a partitioned pod does
+// nothing. It returns an error wrapping ErrNotBridgeMode outside bridge
+// mode and ErrPodNotRunning when the runner does not run the pod (not
+// started, ended, or the runner stopped).
+func (r *Runner) Partition(namespace, name string) error {
+	return r.setPartitioned(namespace, name, true)
+}
+
+// Heal undoes Partition: every container of the pod is connected to the
+// bridge network again at the pod's address (docker network connect
+// --ip), and containers started from now on are connected. Healing a pod
+// that is not partitioned does nothing. Errors are those of Partition.
+func (r *Runner) Heal(namespace, name string) error {
+	return r.setPartitioned(namespace, name, false)
+}
+
+func (r *Runner) setPartitioned(namespace, name string, cut bool) error {
+	what := map[bool]string{true: "partition", false: "heal"}[cut]
+	if r.net == nil {
+		return fmt.Errorf("%w: %s %s/%s", ErrNotBridgeMode, what, namespace, name)
+	}
+	w := r.worker(types.NamespacedName{Namespace: namespace, Name: name})
+	if w == nil || w.isDone() {
+		return fmt.Errorf("%w: %s %s/%s", ErrPodNotRunning, what, namespace, name)
+	}
+	w.mu.Lock()
+	ip := w.ip
+	w.mu.Unlock()
+	w.netMu.Lock()
+	defer w.netMu.Unlock()
+	if w.partitioned == cut {
+		return nil
+	}
+	docker := r.cfg.Docker.dockerCLI()
+	var done []string // containers already changed, undone on failure
+	for container, p := range w.attached {
+		args := []string{"network", "connect", "--ip", ip.String(), r.net.Name, container}
+		undo := []string{"network", "disconnect", r.net.Name, container}
+		if cut {
+			args, undo = undo, args
+		}
+		if _, err := dockerOutput(docker, args...); err != nil {
+			if exitedSoon(p) {
+				continue // the container ended meanwhile; its successor follows the flag
+			}
+			for _, c := range done {
+				u := append(append([]string(nil), undo[:len(undo)-1]...), c)
+				_, _ = dockerOutput(docker, u...)
+			}
+			return fmt.Errorf("podrunner: %s %s/%s: %w", what, namespace, name, err)
+		}
+		done = append(done, container)
+	}
+	w.partitioned = cut
+	w.log.Info("network "+what, "containers", len(done))
+	return nil
+}
+
+// exitedSoon reports whether the process is reaped within a moment (a
+// docker command on a container that just exited fails before the docker
+// CLI standing for it has returned).
+func exitedSoon(p *process) bool {
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}

@@ -38,6 +38,13 @@ type podWorker struct {
 	logFile    *os.File
 	kubeconfig string
 
+	// netMu serializes, in bridge mode, Partition and Heal with container
+	// starts, so a container starts either before a partition (which then
+	// disconnects it) or after (created disconnected).
+	netMu       sync.Mutex
+	partitioned bool                // under netMu
+	attached    map[string]*process // bridge-mode containers not yet exited, by name; under netMu
+
 	mu          sync.Mutex
 	graceSet    *time.Duration
 	deleteAfter bool
@@ -62,6 +69,8 @@ func newPodWorker(r *Runner, pod *corev1.Pod) *podWorker {
 		stopCh: make(chan struct{}),
 		done:   make(chan struct{}),
 		dirty:  make(chan struct{}, 1),
+
+		attached: map[string]*process{},
 	}
 	for i := range w.pod.Spec.InitContainers {
 		w.inits = append(w.inits, &containerState{spec: &w.pod.Spec.InitContainers[i],

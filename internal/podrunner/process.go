@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -158,17 +159,39 @@ type dockerSpec struct {
 	args   []string
 	env    []string
 	out    *os.File
+	// network and ip, in bridge mode: the container runs on the network at
+	// ip; cut: it is disconnected from it before it starts (its pod is
+	// partitioned).
+	network string
+	ip      netip.Addr
+	cut     bool
 }
 
-// startContainer runs the container with `docker run` in the foreground; the
-// docker CLI process stands for the container (its exit is the container's).
+// startContainer runs the container in the foreground; the docker CLI
+// process stands for the container (its exit is the container's). With
+// host networking it is `docker run`; on a bridge network it is `docker
+// create`, `docker network disconnect` when the pod is partitioned, then
+// `docker start --attach`, so a partitioned pod's new container never
+// reaches the network before it starts.
 func startContainer(d DockerConfig, spec dockerSpec, now time.Time) (*process, error) {
-	docker := d.Docker
-	if docker == "" {
-		docker = "docker"
+	docker := d.dockerCLI()
+	verb := "run"
+	if spec.network != "" {
+		verb = "create"
 	}
-	args := []string{"run", "--rm", "--name", spec.name, "--network", "host",
+	args := []string{verb, "--rm", "--name", spec.name,
 		"--user", strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())}
+	if spec.network == "" {
+		args = append(args, "--network", "host")
+	} else {
+		args = append(args, "--network", spec.network, "--ip", spec.ip.String())
+		if spec.cut {
+			// The pod IP is not on any interface until Heal connects the
+			// container; this lets the program bind it meanwhile, as it
+			// could in a partitioned pod whose interface stays up.
+			args = append(args, "--sysctl", "net.ipv4.ip_nonlocal_bind=1")
+		}
+	}
 	for _, m := range spec.mounts {
 		args = append(args, "--volume", m+":"+m)
 	}
@@ -180,10 +203,40 @@ func startContainer(d DockerConfig, spec dockerSpec, now time.Time) (*process, e
 	}
 	args = append(args, d.Image)
 	args = append(args, spec.args...)
+	if spec.network != "" {
+		if _, err := dockerOutput(docker, args...); err != nil {
+			return nil, err
+		}
+		if spec.cut {
+			if _, err := dockerOutput(docker, "network", "disconnect", spec.network, spec.name); err != nil {
+				_, _ = dockerOutput(docker, "rm", "--force", spec.name)
+				return nil, err
+			}
+		}
+		args = []string{"start", "--attach", spec.name}
+	}
 	p, err := startProcess(procSpec{path: docker, args: args, env: os.Environ(), out: spec.out}, now)
 	if err != nil {
+		if spec.network != "" {
+			_, _ = dockerOutput(docker, "rm", "--force", spec.name)
+		}
 		return nil, err
 	}
 	p.docker, p.container = docker, spec.name
 	return p, nil
+}
+
+// errDocker marks a docker command that failed.
+var errDocker = errors.New("docker command failed")
+
+// dockerOutput runs a docker CLI command and returns its standard output;
+// a failure wraps errDocker and carries the command's standard error.
+func dockerOutput(docker string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(docker, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("podrunner: %w: docker %s: %w: %s", errDocker, strings.Join(args[:min(2, len(args))], " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 // Runner plays the kubelet (and the scheduler, the PV binder and the
 // pvc-protection controller) of one local node. Create it with New and
 // start it with Run; its methods Kill, Freeze, Thaw and WipeVolume inject
-// faults.
+// faults, and in bridge container mode Partition and Heal.
 type Runner struct {
 	cfg    Config
 	log    logr.Logger
@@ -41,18 +42,58 @@ type Runner struct {
 
 	volMu sync.Mutex // serializes claim directory provisioning
 
+	// net is the bridge network in bridge container mode, else nil;
+	// netRemoved guards its removal (Run's end or Close).
+	net        *BridgeNetwork
+	netRemoved sync.Once
+
 	mu      sync.Mutex
 	runCtx  context.Context // nil until Run; workers live in it
 	workers map[types.NamespacedName]*podWorker
 	wg      sync.WaitGroup
 }
 
-// New builds a Runner; nothing runs until Run.
+// New builds a Runner; nothing runs until Run. In bridge container mode
+// (Config.Docker.Network set) it creates the Docker network if it does not
+// exist; Run removes it when it returns, or Close if Run is never called.
 func New(cfg Config) (*Runner, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	var bridge *BridgeNetwork
+	if c.bridge() {
+		if bridge, err = ensureNetwork(*c.Docker, c.Logger); err != nil {
+			return nil, err
+		}
+		if c.Addresses == nil {
+			book, err := NewSubnetAddressBook(filepath.Join(c.StateDir, "addresses-"+bridge.Name+".json"), bridge.Subnet, bridge.Gateway)
+			if err != nil {
+				closeNetwork(c, bridge)
+				return nil, err
+			}
+			c.Addresses = book
+		}
+	}
+	r, err := newRunner(c)
+	if err != nil {
+		closeNetwork(c, bridge)
+		return nil, err
+	}
+	r.net = bridge
+	return r, nil
+}
+
+// closeNetwork removes a network New created, when New fails.
+func closeNetwork(c Config, n *BridgeNetwork) {
+	if n != nil && n.Created {
+		if err := removeNetwork(c.Docker.dockerCLI(), n); err != nil {
+			c.Logger.Error(err, "remove bridge network", "network", n.Name)
+		}
+	}
+}
+
+func newRunner(c Config) (*Runner, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -106,6 +147,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		r.wg.Wait()
+		// Every container has exited: the network can go.
+		if err := r.Close(); err != nil {
+			r.log.Error(err, "remove bridge network")
+		}
 	}()
 	r.mu.Lock()
 	if r.runCtx != nil {
@@ -152,7 +197,7 @@ func (r *Runner) registerNode(ctx context.Context) error {
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "PodRunnerReady",
 			Message: "felix podrunner is running", LastHeartbeatTime: now, LastTransitionTime: now,
 		}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: hostIP}, {Type: corev1.NodeHostName, Address: r.cfg.NodeName}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: r.hostIP()}, {Type: corev1.NodeHostName, Address: r.cfg.NodeName}},
 		Capacity: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("250"),
 		},
@@ -335,6 +380,41 @@ func (r *Runner) SetSnapshots(s SnapshotSource) {
 	r.volMu.Lock()
 	defer r.volMu.Unlock()
 	r.cfg.Snapshots = s
+}
+
+// Network returns the Docker bridge network pods run on in bridge
+// container mode; false in any other mode.
+func (r *Runner) Network() (BridgeNetwork, bool) {
+	if r.net == nil {
+		return BridgeNetwork{}, false
+	}
+	return *r.net, true
+}
+
+// Close removes the bridge network New created, for a Runner whose Run is
+// never called (Run does it when it returns; Close after Run does
+// nothing). Containers still attached keep it from being removed: call it
+// only once nothing runs.
+func (r *Runner) Close() error {
+	var err error
+	r.netRemoved.Do(func() {
+		if r.net != nil && r.net.Created {
+			err = removeNetwork(r.cfg.Docker.dockerCLI(), r.net)
+			if err == nil {
+				r.log.Info("removed bridge network", "network", r.net.Name)
+			}
+		}
+	})
+	return err
+}
+
+// hostIP is the node's address as pods see it: the host's loopback
+// address, or in bridge mode the network's gateway.
+func (r *Runner) hostIP() string {
+	if r.net != nil {
+		return r.net.Gateway.String()
+	}
+	return hostIP
 }
 
 // StateDir is the runner's absolute state directory.

@@ -12,6 +12,7 @@ import (
 // podView is a worker's state at one instant, the input of applyStatus.
 type podView struct {
 	ip         netip.Addr
+	hostIP     string // default: the host's loopback address
 	startTime  time.Time
 	initDone   bool
 	failed     bool
@@ -24,7 +25,7 @@ type podView struct {
 // viewLocked snapshots the worker; w.mu must be held.
 func (w *podWorker) viewLocked() podView {
 	v := podView{
-		ip: w.ip, startTime: w.startTime, initDone: w.initDone, failed: w.failed,
+		ip: w.ip, hostIP: w.r.hostIP(), startTime: w.startTime, initDone: w.initDone, failed: w.failed,
 		reason: w.reason, message: w.message,
 	}
 	for _, cs := range w.inits {
@@ -105,8 +106,11 @@ func applyStatus(s *corev1.PodStatus, v podView, now time.Time) bool {
 	before := s.DeepCopy()
 	s.Phase = podPhase(v)
 	s.Reason, s.Message = v.reason, v.message
-	s.HostIP = hostIP
-	s.HostIPs = []corev1.HostIP{{IP: hostIP}}
+	s.HostIP = v.hostIP
+	if s.HostIP == "" {
+		s.HostIP = hostIP
+	}
+	s.HostIPs = []corev1.HostIP{{IP: s.HostIP}}
 	if v.ip.IsValid() {
 		s.PodIP = v.ip.String()
 		s.PodIPs = []corev1.PodIP{{IP: s.PodIP}}

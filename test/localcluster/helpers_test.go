@@ -48,6 +48,13 @@ func eventually(t *testing.T, what string, timeout time.Duration, cond func() (b
 // when the test ends; image selects container mode.
 func startLocal(t *testing.T, ctx context.Context, image string) *localcluster.Cluster {
 	t.Helper()
+	return startLocalWith(t, ctx, localcluster.Options{DockerImage: image})
+}
+
+// startLocalWith is startLocal with more options (StateDir and Felix are
+// filled in).
+func startLocalWith(t *testing.T, ctx context.Context, o localcluster.Options) *localcluster.Cluster {
+	t.Helper()
 	start := time.Now()
 	bin := filepath.Join(t.TempDir(), "felix")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/felix")
@@ -55,7 +62,8 @@ func startLocal(t *testing.T, ctx context.Context, image string) *localcluster.C
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	lc, err := localcluster.Start(ctx, localcluster.Options{StateDir: t.TempDir(), Felix: bin, DockerImage: image})
+	o.StateDir, o.Felix = t.TempDir(), bin
+	lc, err := localcluster.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,11 +186,18 @@ func (tn *tenant) caughtUpSince(stream string, since time.Time, timeout time.Dur
 	tn.t.Helper()
 	eventually(tn.t, stream+": a fresh report with every replica caught up", timeout, func() (bool, string) {
 		s := tn.shard(stream)
-		if s == nil || s.Status.Assignment == nil || s.Status.Report == nil || s.Status.Report.TakenAt.Time.Before(since) {
+		if s == nil || s.Status.Assignment == nil || s.Status.Report == nil || takenBefore(s.Status.Report.TakenAt.Time, since) {
 			return false, shardState(s)
 		}
 		return s.Status.CaughtUp == tn.all(), shardState(s)
 	})
+}
+
+// takenBefore reports whether a report taken at takenAt predates since.
+// Report times are stored in whole seconds, so a report from since's own
+// second counts as taken after it.
+func takenBefore(takenAt, since time.Time) bool {
+	return takenAt.Before(since.Truncate(time.Second))
 }
 
 // follower is a replica of the stream's shard that does not lead it.

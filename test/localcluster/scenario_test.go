@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -28,7 +27,6 @@ import (
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	fclient "felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
-	"felix.dev/felix/internal/testenv"
 )
 
 // TestLocalCluster runs every process-mode scenario on one local cluster,
@@ -79,42 +77,6 @@ func TestLocalCluster(t *testing.T) {
 	shared.close()
 	ts.run(t, "ID5_BackupRestoreReadsBack", func(t *testing.T) { scenarioBackupRestore(t, ctx, lc) })
 	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc) })
-}
-
-// TestLocalClusterContainers runs scenario 4a with every broker pod a
-// Docker container of the image the Dockerfile builds (from scratch, so
-// nothing is pulled): kill is docker kill, freeze is docker pause, the
-// volume a bind-mounted directory. FELIX_SKIP_DOCKER=1 skips it on a
-// machine without Docker.
-func TestLocalClusterContainers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("local cluster scenarios skipped with -short")
-	}
-	if os.Getenv("FELIX_SKIP_DOCKER") == "1" {
-		t.Skip("FELIX_SKIP_DOCKER=1")
-	}
-	var ts timings
-	defer ts.log(t)
-	start := time.Now()
-	build := exec.Command("hack/docker-build.sh", "felix:e2e")
-	build.Dir = testenv.RepoRoot()
-	build.Env = append(os.Environ(), "BASE=scratch")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("image build: %v\n%s", err, out)
-	}
-	ts.add("image build", time.Since(start))
-	// The scenario's deadline starts after the image build (minutes on a
-	// cold build cache).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	start = time.Now()
-	lc := startLocal(t, ctx, "felix:e2e")
-	ts.add("local cluster start", time.Since(start))
-	ts.run(t, "ID1_WipedFollowerNotPromoted", func(t *testing.T) {
-		tn := newTenant(t, ctx, lc, "scenario-4a", 5, felixv1.FsyncPeriodic)
-		defer tn.close()
-		scenarioWipedFollower(tn)
-	})
 }
 
 // scenarioWipedFollower is scenario 4a: an idle 5-replica Quorum shard;
@@ -174,7 +136,7 @@ func (tn *tenant) followerCaughtUp(stream, name, id string, since time.Time, tim
 	tn.t.Helper()
 	eventually(tn.t, fmt.Sprintf("%s caught up under id %s in a fresh report of %s", name, id, stream), timeout, func() (bool, string) {
 		s := tn.shard(stream)
-		if s == nil || s.Status.Report == nil || s.Status.Report.TakenAt.Time.Before(since) {
+		if s == nil || s.Status.Report == nil || takenBefore(s.Status.Report.TakenAt.Time, since) {
 			return false, shardState(s)
 		}
 		for _, f := range s.Status.Report.Followers {
