@@ -33,10 +33,21 @@ import (
 // then per entry: op byte (0 set, 1 delete), uvarint key length, key,
 // uvarint value length, value. A torn or corrupt frame ends the replay: it
 // was never acknowledged (its fdatasync did not complete).
+//
+// Files written ahead. An fdatasync of a file that grows must also write
+// its new size; one whose blocks are already written syncs 1.5 to 1.8
+// times faster here (BenchmarkSyncFileShapes). So a goroutine prepares the
+// next file ahead of time (commitLogSpare: commitLogMaxBytes of zeros,
+// synced) and a rotation renames it into place; frames are written at the
+// file's own offset from its start. The zeros after the last frame end a
+// replay like a torn frame does (a zero header is an empty body, which no
+// frame has). Without a spare ready, a rotation starts an empty file that
+// grows, as before.
 
 const (
 	commitLogDir      = "commitlog"
 	commitLogMaxBytes = 64 << 20
+	commitLogSpare    = "spare.prep"
 	opSet             = 0
 	opDelete          = 1
 )
@@ -46,7 +57,15 @@ type commitLog struct {
 	mu   sync.RWMutex // writers of f (append, rotate) take it exclusively; sync shares it
 	f    *os.File
 	seq  uint64
-	size int64
+	size int64 // bytes of frames in f (the write offset)
+
+	// The spare file written ahead: ready once preparing is done; spareMu
+	// guards both; prep waits for the preparing goroutine.
+	spareMu   sync.Mutex
+	spare     *os.File
+	preparing bool
+	closed    bool
+	prep      sync.WaitGroup
 }
 
 func commitLogName(seq uint64) string { return fmt.Sprintf("%016x.log", seq) }
@@ -72,8 +91,12 @@ func listCommitLogs(dir string) ([]uint64, error) {
 }
 
 // replayCommitLogs applies every intact frame of the files in dir to db,
-// syncs db and removes the files. It returns the next sequence number.
+// syncs db and removes the files (and a spare left by a crash). It returns
+// the next sequence number.
 func replayCommitLogs(db *badger.DB, dir string) (next uint64, frames int, err error) {
+	if err := os.Remove(filepath.Join(dir, commitLogSpare)); err != nil && !os.IsNotExist(err) {
+		return 0, 0, fmt.Errorf("logstore: remove the commit log spare: %w", err)
+	}
 	seqs, err := listCommitLogs(dir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("logstore: list commit logs: %w", err)
@@ -220,17 +243,86 @@ func openCommitLog(dir string, seq uint64) (*commitLog, error) {
 	return c, nil
 }
 
+// create starts file seq: the spare renamed into place when one is ready,
+// else a new empty file; then it has the next spare prepared.
 func (c *commitLog) create() error {
-	f, err := os.OpenFile(filepath.Join(c.dir, commitLogName(c.seq)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("logstore: create commit log: %w", err)
+	name := filepath.Join(c.dir, commitLogName(c.seq))
+	c.spareMu.Lock()
+	spare := c.spare
+	c.spare = nil
+	c.spareMu.Unlock()
+	var f *os.File
+	if spare != nil {
+		if err := os.Rename(spare.Name(), name); err != nil {
+			_ = spare.Close()
+			_ = os.Remove(spare.Name())
+		} else {
+			f = spare
+		}
+	}
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err != nil {
+			return fmt.Errorf("logstore: create commit log: %w", err)
+		}
 	}
 	if err := syncDir(c.dir); err != nil {
 		_ = f.Close()
 		return err
 	}
 	c.f, c.size = f, 0
+	c.prepareSpare()
 	return nil
+}
+
+// prepareSpare starts writing the next spare in the background unless one
+// is ready or on its way.
+func (c *commitLog) prepareSpare() {
+	c.spareMu.Lock()
+	defer c.spareMu.Unlock()
+	if c.spare != nil || c.preparing || c.closed {
+		return
+	}
+	c.preparing = true
+	c.prep.Add(1)
+	go func() {
+		defer c.prep.Done()
+		f, err := writeSpare(filepath.Join(c.dir, commitLogSpare))
+		c.spareMu.Lock()
+		defer c.spareMu.Unlock()
+		c.preparing = false
+		switch {
+		case err != nil:
+			// A rotation without a spare starts a growing file: slower
+			// syncs, nothing lost. The next rotation tries again.
+		case c.closed:
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		default:
+			c.spare = f
+		}
+	}()
+}
+
+// writeSpare writes a file of commitLogMaxBytes zeros at path and syncs it.
+func writeSpare(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < commitLogMaxBytes && err == nil; off += int64(len(zeros)) {
+		_, err = f.WriteAt(zeros, off)
+	}
+	if err == nil {
+		err = unix.Fdatasync(int(f.Fd()))
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, err
+	}
+	return f, nil
 }
 
 // current returns the sequence number of the file frames go to now.
@@ -252,7 +344,7 @@ func (c *commitLog) writeFrames(frames []byte, seq uint64) error {
 	if c.seq != seq {
 		return nil
 	}
-	n, err := c.f.Write(frames)
+	n, err := c.f.WriteAt(frames, c.size)
 	c.size += int64(n)
 	if err != nil {
 		return fmt.Errorf("logstore: write commit log: %w", err)
@@ -294,14 +386,25 @@ func (c *commitLog) rotate() error {
 	return errors.Join(errs...)
 }
 
-// close removes the current file; the caller has synced badger.
+// close removes the current file and the spare; the caller has synced
+// badger.
 func (c *commitLog) close() error {
+	c.spareMu.Lock()
+	c.closed = true
+	c.spareMu.Unlock()
+	c.prep.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.f.Close()
 	if rerr := os.Remove(filepath.Join(c.dir, commitLogName(c.seq))); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
+	c.spareMu.Lock()
+	if c.spare != nil {
+		err = errors.Join(err, c.spare.Close(), os.Remove(c.spare.Name()))
+		c.spare = nil
+	}
+	c.spareMu.Unlock()
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/go-logr/logr/testr"
@@ -334,5 +335,78 @@ func TestValueLogGCKeepsRecordsAndClearsItsMarker(t *testing.T) {
 	got := readAll(t, l, FromEarliest, false)
 	if len(got) != 10 || string(got[0].Payload) != fmt.Sprintf("%0200d", 30) {
 		t.Fatalf("after GC: %v", payloads(got))
+	}
+}
+
+// A rotation renames the spare written ahead into place: frames are written
+// from the start of a file of zeros. Replay stops at the zeros after the
+// last frame, or at a last frame torn into them, and a spare left by a
+// crash is removed on open.
+func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
+	for _, torn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("torn=%t", torn), func(t *testing.T) {
+			lost := openTest(t, Options{Fsync: FsyncOnCommit})
+			mustLog(t, lost, testLog)
+			lostDir := lost.opts.Dir
+			if err := lost.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			s := openTest(t, Options{Fsync: FsyncOnCommit})
+			l := mustLog(t, s, testLog)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				s.cl.spareMu.Lock()
+				ready := s.cl.spare != nil
+				s.cl.spareMu.Unlock()
+				if ready {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no spare commit log written ahead")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			s.wmu.Lock()
+			err := s.checkpointLocked()
+			s.wmu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, l, data("a", "b"), nil)
+			mustAppend(t, l, data("c"), nil)
+			s.cl.mu.RLock()
+			path, size := filepath.Join(s.cl.dir, commitLogName(s.cl.seq)), s.cl.size
+			s.cl.mu.RUnlock()
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) < commitLogMaxBytes {
+				t.Fatalf("current commit log is %d bytes: not the spare written ahead", len(b))
+			}
+			want := []string{"a", "b", "c"}
+			if torn {
+				for i := size - 3; i < size; i++ {
+					b[i] = 0 // the last frame's end never reached the disk
+				}
+				want = want[:2]
+			}
+			clDir := filepath.Join(lostDir, commitLogDir)
+			if err := os.WriteFile(filepath.Join(clDir, commitLogName(7)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(clDir, commitLogSpare), make([]byte, 4096), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got := openTest(t, Options{Dir: lostDir, Fsync: FsyncPeriodic})
+			gl := mustLog(t, got, testLog)
+			if diff := cmp.Diff(want, payloads(readAll(t, gl, 0, true))); diff != "" {
+				t.Fatalf("replayed log differs:\n%s", diff)
+			}
+			if _, err := os.Stat(filepath.Join(clDir, commitLogSpare)); !os.IsNotExist(err) {
+				t.Fatalf("the spare left by the crash is still there: %v", err)
+			}
+		})
 	}
 }
