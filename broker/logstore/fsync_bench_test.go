@@ -14,7 +14,7 @@ import (
 // extended with fallocate first (unwritten extents), and written with
 // zeros first (every block already written). It measures the file system,
 // not our code: it is the evidence for writing commit-log files ahead
-// (docs/performance.md, "The next lever for OnCommit").
+// (docs/performance.md, "Commit-log files written ahead").
 func BenchmarkSyncFileShapes(b *testing.B) {
 	buf := make([]byte, 4096)
 	for _, shape := range []string{"append", "fallocate", "prewritten"} {
