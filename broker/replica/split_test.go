@@ -55,20 +55,7 @@ func TestSplitKeepsConsecutiveRecordsUnderTheLimit(t *testing.T) {
 
 // A write larger than one store append is persisted in several, in order.
 func TestPersistChunksLargeWrites(t *testing.T) {
-	st, err := logstore.Open(logstore.Options{Dir: t.TempDir(), Fsync: logstore.FsyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	m, err := NewManager(Options{Store: st, Self: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	s, err := newShard(m, testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loneShard(t, logstore.FsyncNone)
 	big := make([]record.Record, 3*chunkMaxRecords+5)
 	for i := range big {
 		big[i] = record.Record{Offset: uint64(i), Epoch: 1, Kind: record.KindData, Payload: make([]byte, 2000)}
@@ -94,20 +81,7 @@ func TestPersistChunksLargeWrites(t *testing.T) {
 // later Ready waits for them first, so the store ends up holding what the
 // core's view holds, and every Ready is answered in order.
 func TestPersisterTruncatesAfterQueuedAppends(t *testing.T) {
-	st, err := logstore.Open(logstore.Options{Dir: t.TempDir(), Fsync: logstore.FsyncOnCommit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	m, err := NewManager(Options{Store: st, Self: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	s, err := newShard(m, testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loneShard(t, logstore.FsyncOnCommit)
 	recs := func(from, n, epoch uint64) []record.Record {
 		var out []record.Record
 		for o := from; o < from+n; o++ {
@@ -160,4 +134,25 @@ func TestPersisterTruncatesAfterQueuedAppends(t *testing.T) {
 	if len(res.Records) != 10 {
 		t.Fatalf("%d records, want 10", len(res.Records))
 	}
+}
+
+// loneShard is a shard of one replica on a store in t.TempDir(), built but
+// not running (tests drive its persistence directly).
+func loneShard(t *testing.T, fsync logstore.FsyncMode) *shard {
+	t.Helper()
+	st, err := logstore.Open(logstore.Options{Dir: t.TempDir(), Fsync: fsync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	m, err := NewManager(Options{Store: st, Self: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	s, err := newShard(m, testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -455,4 +456,78 @@ func (ts *timings) log(t *testing.T) {
 	for _, n := range ts.names {
 		t.Logf("timing: %-50s %s", n, ts.took[n].Round(100*time.Millisecond))
 	}
+}
+
+// writer is a sequential Quorum append workload on one stream: one
+// append at a time to whichever broker the shard's assignment names,
+// never retried blindly (an append whose outcome is unknown is not
+// counted).
+type writer struct {
+	mu      sync.Mutex
+	acked   map[uint64]string
+	order   []uint64
+	unknown int
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// startWriter starts the workload on stream; its payloads are
+// prefix-<n>, and it waits pace after each acknowledged append.
+func startWriter(tn *tenant, stream, prefix string, pace time.Duration) *writer {
+	ctx, stop := context.WithCancel(tn.ctx)
+	w := &writer{acked: map[uint64]string{}, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		n := 0
+		for ctx.Err() == nil {
+			s := tn.shard(stream)
+			if s == nil || s.Status.Assignment == nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+			cl, err := fclient.Dial(dctx, tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
+			dcancel()
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			for ctx.Err() == nil {
+				p := fmt.Sprintf("%s-%d", prefix, n)
+				n++
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				ok, err := cl.Append(actx, record.ShardID{Stream: stream}, []record.Record{{Payload: []byte(p)}}, nil)
+				acancel()
+				if err != nil {
+					w.mu.Lock()
+					w.unknown++
+					w.mu.Unlock()
+					break
+				}
+				w.mu.Lock()
+				w.acked[ok.First] = p
+				w.order = append(w.order, ok.First)
+				w.mu.Unlock()
+				time.Sleep(pace) // a steady, modest rate
+			}
+			_ = cl.Close()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+// count is the number of acknowledged appends so far.
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.order)
+}
+
+// finish stops the workload and returns what it acknowledged; it may be
+// called again (a deferred call after the test's own).
+func (w *writer) finish() (acked map[uint64]string, order []uint64, unknown int) {
+	w.stop()
+	<-w.done
+	return w.acked, w.order, w.unknown
 }

@@ -7,13 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	fclient "felix.dev/felix/broker/client"
-	"felix.dev/felix/broker/record"
 	"felix.dev/felix/internal/localcluster"
 )
 
@@ -62,54 +59,11 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 	tn.stream("nemesis")
 
 	// The workload: one sequential writer to the current leader, never
-	// retrying blindly (an append whose outcome is unknown is not counted).
-	var mu sync.Mutex
-	acked := map[uint64]string{}
-	var order []uint64
-	unknown := 0
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		n := 0
-		for wctx.Err() == nil {
-			s := tn.shard("nemesis")
-			if s == nil || s.Status.Assignment == nil {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			dctx, dcancel := context.WithTimeout(wctx, 3*time.Second)
-			cl, err := fclient.Dial(dctx, tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
-			dcancel()
-			if err != nil {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			for wctx.Err() == nil {
-				p := fmt.Sprintf("n-%d", n)
-				n++
-				actx, acancel := context.WithTimeout(wctx, 2*time.Second)
-				ok, err := cl.Append(actx, record.ShardID{Stream: "nemesis"}, []record.Record{{Payload: []byte(p)}}, nil)
-				acancel()
-				if err != nil {
-					mu.Lock()
-					unknown++
-					mu.Unlock()
-					break
-				}
-				mu.Lock()
-				acked[ok.First] = p
-				order = append(order, ok.First)
-				mu.Unlock()
-				// A steady, modest rate: the run is about faults, and a
-				// wiped replica must be copied again between them.
-				time.Sleep(2 * time.Millisecond)
-			}
-			_ = cl.Close()
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	defer func() { stop(); <-done }()
+	// retrying blindly (an append whose outcome is unknown is not counted),
+	// at a steady, modest rate: the run is about faults, and a wiped
+	// replica must be copied again between them.
+	w := startWriter(tn, "nemesis", "n", 2*time.Millisecond)
+	defer w.finish()
 
 	faults := map[string]int{}
 	end := time.Now().Add(duration)
@@ -148,8 +102,7 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 		healed = time.Now()
 		t.Logf("fault %d: %s %s", faults["kill-9"]+faults["freeze"]+faults["wipe"], []string{"kill -9", "freeze", "wipe"}[kind], victim)
 	}
-	stop()
-	<-done
+	acked, order, unknown := w.finish()
 
 	s := tn.caughtUp("nemesis", 3*time.Minute)
 	got := tn.readAll(tn.broker(s.Status.Assignment.Leader).Address, "nemesis")
@@ -161,8 +114,6 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 		}
 		seen[p] = off
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	verified := checkAcked(t, acked, got, "the leader at the end")
 	for i := 1; i < len(order); i++ {
 		if order[i] <= order[i-1] {
