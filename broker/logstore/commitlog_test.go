@@ -338,8 +338,9 @@ func TestValueLogGCKeepsRecordsAndClearsItsMarker(t *testing.T) {
 	}
 }
 
-// A rotation renames the spare written ahead into place: frames are written
-// from the start of a file of zeros. Replay stops at the zeros after the
+// A busy commit log has its next file written ahead, and a rotation
+// renames it into place: frames are written from the start of a file of
+// zeros. Replay stops at the zeros after the
 // last frame, or at a last frame torn into them, and a spare left by a
 // crash is removed on open.
 func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
@@ -354,6 +355,16 @@ func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 
 			s := openTest(t, Options{Fsync: FsyncOnCommit})
 			l := mustLog(t, s, testLog)
+			// A spare is written once the file holds spareAfterBytes.
+			other := mustLog(t, s, record.LogID{ShardID: record.ShardID{Stream: "filler"}, Log: record.LogData})
+			big := strings.Repeat("x", 4096)
+			for written := 0; written <= spareAfterBytes; written += 64 * len(big) {
+				batch := make([]string, 64)
+				for i := range batch {
+					batch[i] = big
+				}
+				mustAppend(t, other, data(batch...), nil)
+			}
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				s.cl.spareMu.Lock()
