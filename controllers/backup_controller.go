@@ -31,6 +31,12 @@ const LabelBackup = "felix.dev/backup"
 // CRDs installed until a backup is actually taken.
 const backupPoll = time.Second
 
+// snapshotErrorGrace is how long a backup keeps waiting for VolumeSnapshots
+// that report an error. The snapshot controller keeps retrying after an
+// error (it may be transient, and is cleared on success), so a backup
+// fails only when an error is still reported this long after it started.
+const snapshotErrorGrace = 5 * time.Minute
+
 // FelixBackupReconciler takes a FelixBackup: one VolumeSnapshot per broker
 // PVC of the cluster, owned by the backup, and marks it Completed once
 // every snapshot is readyToUse.
@@ -46,7 +52,9 @@ type FelixBackupReconciler struct {
 func SnapshotName(backup, broker string) string { return backup + "-" + broker }
 
 // Reconcile advances a backup: Pending → Running (snapshots requested) →
-// Completed (all ready) or Failed. A finished backup is left alone.
+// Completed (all ready) or Failed (the cluster does not exist, or a
+// snapshot still reports an error snapshotErrorGrace after the backup
+// started). A finished backup is left alone.
 func (r *FelixBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var b felixv1.FelixBackup
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
@@ -77,17 +85,21 @@ func (r *FelixBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	st.Phase = felixv1.BackupRunning
 	ready := 0
+	snapErr := ""
 	for i := range st.Snapshots {
 		s := &st.Snapshots[i]
 		vs, err := r.ensureSnapshot(ctx, &b, s)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if vs.Status != nil && vs.Status.Error != nil && vs.Status.Error.Message != nil {
-			r.fail(st, b.Generation, now, "SnapshotFailed", fmt.Sprintf("VolumeSnapshot %s: %s", s.VolumeSnapshot, *vs.Status.Error.Message))
-			return ctrl.Result{}, r.patchStatus(ctx, &b, st, now)
-		}
 		s.ReadyToUse = vs.Status != nil && ptr.Deref(vs.Status.ReadyToUse, false)
+		if !s.ReadyToUse && vs.Status != nil && vs.Status.Error != nil && vs.Status.Error.Message != nil {
+			snapErr = fmt.Sprintf("VolumeSnapshot %s: %s", s.VolumeSnapshot, *vs.Status.Error.Message)
+			if st.StartedAt != nil && now.Sub(st.StartedAt.Time) > snapshotErrorGrace {
+				r.fail(st, b.Generation, now, "SnapshotFailed", fmt.Sprintf("%s (still reported %s after the backup started)", snapErr, snapshotErrorGrace))
+				return ctrl.Result{}, r.patchStatus(ctx, &b, st, now)
+			}
+		}
 		if s.ReadyToUse {
 			ready++
 		}
@@ -110,8 +122,13 @@ func (r *FelixBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.event(&b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "%d VolumeSnapshots of cluster %s ready; epochs of %d shards recorded", ready, b.Spec.Cluster, len(st.Epochs.Shards))
 		return ctrl.Result{}, nil
 	}
-	st.Conditions = setConditions(st.Conditions, b.Generation, now,
-		cond(felixv1.ConditionReady, false, "SnapshotsPending", fmt.Sprintf("%d/%d VolumeSnapshots ready", ready, len(st.Snapshots))))
+	pending := cond(felixv1.ConditionReady, false, "SnapshotsPending", fmt.Sprintf("%d/%d VolumeSnapshots ready", ready, len(st.Snapshots)))
+	if snapErr != "" {
+		// Retried by the snapshot controller; the backup fails only if
+		// errors persist past snapshotErrorGrace.
+		pending = cond(felixv1.ConditionReady, false, "SnapshotError", fmt.Sprintf("%d/%d VolumeSnapshots ready; %s", ready, len(st.Snapshots), snapErr))
+	}
+	st.Conditions = setConditions(st.Conditions, b.Generation, now, pending)
 	if err := r.patchStatus(ctx, &b, st, now); err != nil {
 		return ctrl.Result{}, err
 	}

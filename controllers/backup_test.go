@@ -425,3 +425,46 @@ func TestID5_SettleRestorePointOrder(t *testing.T) {
 }
 
 func resourceMustParse(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestBackup_SnapshotErrorIsWaitedOut: a VolumeSnapshot that reports an
+// error is retried by its snapshot controller (the error may be transient
+// and is cleared on success), so the backup keeps running and says why in
+// its Ready condition, and completes once the snapshots are ready.
+func TestBackup_SnapshotErrorIsWaitedOut(t *testing.T) {
+	ns := namespace(t)
+	create(t, fastCluster(ns, "src", 2))
+	waitForBrokers(t, ns, "src", 2)
+	create(t, &felixv1.FelixBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}, Spec: felixv1.FelixBackupSpec{Cluster: "src"}})
+	eventually(t, 20*time.Second, "backup Running with its snapshots", func() (bool, string) {
+		b := getBackup(t, ns, "b")
+		return b != nil && b.Status.Phase == felixv1.BackupRunning && len(b.Status.Snapshots) == 2, fmt.Sprintf("%+v", b)
+	})
+	vs := &snapv1.VolumeSnapshot{}
+	name := getBackup(t, ns, "b").Status.Snapshots[0].VolumeSnapshot
+	if err := suite.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, vs); err != nil {
+		t.Fatal(err)
+	}
+	orig := vs.DeepCopy()
+	vs.Status = &snapv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(false),
+		Error: &snapv1.VolumeSnapshotError{Message: ptr.To("waiting for claim to be bound")}}
+	if err := suite.c.Status().Patch(context.Background(), vs, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the snapshot error in the Ready condition", func() (bool, string) {
+		b := getBackup(t, ns, "b")
+		for _, c := range b.Status.Conditions {
+			if c.Type == felixv1.ConditionReady && c.Reason == "SnapshotError" && strings.Contains(c.Message, "waiting for claim") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", b.Status)
+	})
+	if b := getBackup(t, ns, "b"); b.Status.Phase != felixv1.BackupRunning {
+		t.Fatalf("a snapshot error failed the backup at once: %+v", b.Status)
+	}
+	markSnapshotsReady(t, ns, "b")
+	eventually(t, 20*time.Second, "backup Completed", func() (bool, string) {
+		b := getBackup(t, ns, "b")
+		return b != nil && b.Status.Phase == felixv1.BackupCompleted, fmt.Sprintf("%+v", b.Status)
+	})
+}

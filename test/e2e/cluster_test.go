@@ -36,7 +36,7 @@ import (
 // cluster is an API server, the operator's reconcilers in this process, and
 // broker processes started by the test (standing in for the kubelet).
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	env       *testenv.Env
 	c         client.Client
 	bin       string
@@ -67,7 +67,7 @@ var buildOnce struct {
 }
 
 // felixBinary builds ./cmd/felix once per test binary.
-func felixBinary(t *testing.T) string {
+func felixBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "felix-e2e-bin-")
@@ -90,7 +90,7 @@ func felixBinary(t *testing.T) string {
 
 // newCluster starts the API server and the operator, and creates a
 // FelixCluster of n brokers with short timings.
-func newCluster(t *testing.T, n int32, fsync felixv1.FsyncMode) *cluster {
+func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
 	t.Helper()
 	env := testenv.Start(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -240,7 +240,7 @@ func (c *cluster) addressOf(name string) string {
 	return c.brokers[name].addr
 }
 
-func (c *cluster) createStream(t *testing.T, name string, replicas int32) {
+func (c *cluster) createStream(t testing.TB, name string, replicas int32) {
 	t.Helper()
 	st := &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace},
 		Spec: felixv1.FelixStreamSpec{Cluster: c.name, Shards: 1, Replicas: replicas, Ack: felixv1.AckQuorum}}
@@ -253,7 +253,7 @@ func (c *cluster) createStream(t *testing.T, name string, replicas int32) {
 	})
 }
 
-func (c *cluster) registered(t *testing.T, name string) felixv1.FelixBrokerStatus {
+func (c *cluster) registered(t testing.TB, name string) felixv1.FelixBrokerStatus {
 	t.Helper()
 	var b felixv1.FelixBroker
 	if err := c.c.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: name}, &b); err != nil {

@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// BenchmarkClusterQuorumAppend is the cluster benchmark harness: three
+// `felix broker` processes (cluster members; the operator's reconcilers
+// run in the test process against a real API server) and a `felix bench`
+// process as the client, each its own OS process, as the peer's servers
+// and client are in hack/natsbench. A 3-replica Quorum stream of one
+// shard, 1 KiB records, one record per append; "sync16" is 16 connections
+// with one append in flight each, "pipelined" 16 with 8 each. Every b.N
+// iteration is one `felix bench` run of FELIX_CLUSTER_BENCH_DURATION
+// (default 10s) after its 1 s warm-up. Run it with
+//
+//	go test -run XXX -bench ClusterQuorumAppend -benchtime 1x ./test/e2e
+func BenchmarkClusterQuorumAppend(b *testing.B) {
+	duration := "10s"
+	if d := os.Getenv("FELIX_CLUSTER_BENCH_DURATION"); d != "" {
+		duration = d
+	}
+	for _, fsync := range []felixv1.FsyncMode{felixv1.FsyncPeriodic, felixv1.FsyncOnCommit} {
+		for _, shape := range []struct {
+			name     string
+			pipeline int
+		}{{"sync16", 1}, {"pipelined", 8}} {
+			b.Run(fmt.Sprintf("%s/%s", fsync, shape.name), func(b *testing.B) {
+				c := newCluster(b, 3, fsync)
+				for i := 0; i < 3; i++ {
+					c.startBroker(i)
+				}
+				c.createStream(b, "bench", 3)
+				leader := c.shard("bench", 0).Status.Assignment.Leader
+				var recs, mb, p50, p99, clientCPU float64
+				for i := 0; i < b.N; i++ {
+					out, err := exec.Command(c.bin, "bench", "--broker", c.addressOf(leader), "--stream", "bench",
+						"--shards", "1", "--connections", "16", "--pipeline", fmt.Sprint(shape.pipeline),
+						"--batch", "1", "--record-size", "1024", "--duration", duration).Output()
+					if err != nil {
+						b.Fatalf("felix bench: %v\n%s", err, out)
+					}
+					var res struct {
+						RecordsPerSec   float64 `json:"recordsPerSec"`
+						MBPerSec        float64 `json:"mbPerSec"`
+						P50Ms           float64 `json:"p50Ms"`
+						P99Ms           float64 `json:"p99Ms"`
+						Errors          int64   `json:"errors"`
+						ClientCPUMicros float64 `json:"clientCpuMicrosPerRecord"`
+					}
+					if err := json.Unmarshal(out, &res); err != nil {
+						b.Fatalf("felix bench output %q: %v", out, err)
+					}
+					if res.Errors != 0 || res.RecordsPerSec == 0 {
+						b.Fatalf("felix bench: %+v", res)
+					}
+					recs += res.RecordsPerSec
+					mb += res.MBPerSec
+					p50, p99 = max(p50, res.P50Ms), max(p99, res.P99Ms)
+					clientCPU += res.ClientCPUMicros
+				}
+				n := float64(b.N)
+				b.ReportMetric(recs/n, "records/s")
+				b.ReportMetric(mb/n, "MB/s")
+				b.ReportMetric(p50, "p50-ms")
+				b.ReportMetric(p99, "p99-ms")
+				b.ReportMetric(clientCPU/n, "client-cpu-µs/record")
+			})
+		}
+	}
+}
