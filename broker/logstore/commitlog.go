@@ -62,6 +62,8 @@ type commitLog struct {
 	size int64 // bytes of frames in f (the write offset)
 	// spareAsked: the next spare was asked for while writing to f.
 	spareAsked bool
+	// ahead: f is a spare written ahead (not a file that grows).
+	ahead bool
 
 	// The spare file written ahead: ready once preparing is done; spareMu
 	// guards both; prep waits for the preparing goroutine.
@@ -256,12 +258,13 @@ func (c *commitLog) create() error {
 	c.spare = nil
 	c.spareMu.Unlock()
 	var f *os.File
+	ahead := false
 	if spare != nil {
 		if err := os.Rename(spare.Name(), name); err != nil {
 			_ = spare.Close()
 			_ = os.Remove(spare.Name())
 		} else {
-			f = spare
+			f, ahead = spare, true
 		}
 	}
 	if f == nil {
@@ -274,7 +277,7 @@ func (c *commitLog) create() error {
 		_ = f.Close()
 		return err
 	}
-	c.f, c.size, c.spareAsked = f, 0, false
+	c.f, c.size, c.spareAsked, c.ahead = f, 0, false, ahead
 	return nil
 }
 
@@ -373,10 +376,23 @@ func (c *commitLog) writeFrames(frames []byte, seq uint64) error {
 	return nil
 }
 
+// full reports whether the store should checkpoint and rotate: the file
+// holds commitLogMaxBytes of frames, or it is a file that grows while a
+// spare written ahead is ready (a store's first file, or one started when
+// no spare was ready), so the syncs move to blocks already written.
 func (c *commitLog) full() bool {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.size >= commitLogMaxBytes
+	size, ahead := c.size, c.ahead
+	c.mu.RUnlock()
+	if size >= commitLogMaxBytes {
+		return true
+	}
+	if ahead {
+		return false
+	}
+	c.spareMu.Lock()
+	defer c.spareMu.Unlock()
+	return c.spare != nil
 }
 
 // sync makes every frame written so far durable.

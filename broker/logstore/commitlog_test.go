@@ -421,3 +421,39 @@ func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 		})
 	}
 }
+
+// A store's first commit-log file grows; once a spare written ahead is
+// ready, the next commit moves the syncs to it (a checkpoint), instead of
+// waiting for the growing file to fill.
+func TestCommitLogMovesToTheSpareOnceReady(t *testing.T) {
+	s := openTest(t, Options{Fsync: FsyncOnCommit})
+	l := mustLog(t, s, testLog)
+	big := strings.Repeat("x", 4096)
+	batch := make([]string, 64)
+	for i := range batch {
+		batch[i] = big
+	}
+	for written := 0; written <= spareAfterBytes; written += 64 * len(big) {
+		mustAppend(t, l, data(batch...), nil)
+	}
+	s.cl.mu.RLock()
+	first := s.cl.seq
+	s.cl.mu.RUnlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mustAppend(t, l, data("more"), nil)
+		s.cl.mu.RLock()
+		seq, ahead := s.cl.seq, s.cl.ahead
+		s.cl.mu.RUnlock()
+		if ahead {
+			if seq == first {
+				t.Fatalf("written-ahead file without a rotation (seq %d)", seq)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still on the growing file %d (now %d) 30 s after it passed %d bytes", first, seq, spareAfterBytes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

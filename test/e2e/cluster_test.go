@@ -43,6 +43,7 @@ type cluster struct {
 	namespace string
 	name      string
 	dir       string
+	fsync     felixv1.FsyncMode // the brokers' --fsync, as the cluster's spec says
 
 	mu      sync.Mutex
 	brokers map[string]*brokerProc
@@ -109,7 +110,7 @@ func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	c := &cluster{t: t, env: env, c: env.Client, bin: felixBinary(t), namespace: "e2e", name: "demo",
-		dir: t.TempDir(), brokers: map[string]*brokerProc{}}
+		dir: t.TempDir(), fsync: fsync, brokers: map[string]*brokerProc{}}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		for _, b := range c.brokers {
@@ -148,7 +149,7 @@ func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 	cmd := exec.Command(c.bin, "broker",
 		"--cluster", c.name, "--broker", name, "--namespace", c.namespace,
 		"--kubeconfig", c.env.Kubeconfig, "--data-dir", dataDir,
-		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", "periodic",
+		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", string(c.fsync), // as the operator passes it
 		"--heartbeat-interval", "300ms", "--node-expiry", "1500ms", "--pass-interval", "50ms")
 	cmd.Args = append(cmd.Args, extra...)
 	stdout, err := cmd.StdoutPipe()
