@@ -75,18 +75,11 @@ func (l *Log) Describe() Info {
 // and nothing is written [TR-1]. If ctx ends after submission the error
 // wraps ctx.Err() and the batch may still land.
 func (l *Log) Append(ctx context.Context, recs []record.Record, expectTail *uint64) (AppendResult, error) {
-	r, err := l.prepare(recs, opAppend)
+	wait, err := l.SubmitAppend(ctx, recs, expectTail)
 	if err != nil {
 		return AppendResult{}, err
 	}
-	if expectTail != nil {
-		e := *expectTail
-		r.expect = &e
-	}
-	if err := l.s.submit(ctx, r); err != nil {
-		return AppendResult{}, err
-	}
-	return r.res, nil
+	return wait(ctx)
 }
 
 // SubmitAppend queues an append as Append does and returns without waiting
@@ -121,11 +114,11 @@ func (l *Log) SubmitAppend(ctx context.Context, recs []record.Record, expectTail
 // *record.OffsetMismatchError names the tail. Trim records enter the trim
 // index; they move the floor only once committed (SetCommitted).
 func (l *Log) AppendReplicated(ctx context.Context, recs []record.Record) error {
-	r, err := l.prepare(recs, opReplicated)
+	wait, err := l.SubmitReplicated(ctx, recs)
 	if err != nil {
 		return err
 	}
-	return l.s.submit(ctx, r)
+	return wait(ctx)
 }
 
 // SubmitReplicated queues recs as AppendReplicated does and returns without
