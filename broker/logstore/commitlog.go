@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
@@ -55,15 +56,25 @@ const (
 )
 
 type commitLog struct {
-	dir  string
-	mu   sync.RWMutex // writers of f (append, rotate) take it exclusively; sync shares it
-	f    *os.File
-	seq  uint64
-	size int64 // bytes of frames in f (the write offset)
+	dir string
+	mu  sync.RWMutex // writers of f (append, rotate) take it exclusively; sync shares it
+	f   *os.File
+	// seq, size and ahead change under mu held exclusively and are read
+	// without it (the writer must not wait for a direct write to finish):
+	// seq numbers f; size is the bytes of frames in f (the write offset);
+	// ahead: f is a spare written ahead (not a file that grows).
+	seq   atomic.Uint64
+	size  atomic.Int64
+	ahead atomic.Bool
 	// spareAsked: the next spare was asked for while writing to f.
 	spareAsked bool
-	// ahead: f is a spare written ahead (not a file that grows).
-	ahead bool
+	// direct writes f's frames durably (directwrite.go) when f is written
+	// ahead and its file system takes O_DIRECT; nil otherwise.
+	direct *directWriter
+	// dirty: frames were written to f through the page cache since the
+	// last sync (the syncer sets and clears it; sync reads it under mu's
+	// read lock).
+	dirty atomic.Bool
 
 	// The spare file written ahead: ready once preparing is done; spareMu
 	// guards both; prep waits for the preparing goroutine.
@@ -242,7 +253,8 @@ func openCommitLog(dir string, seq uint64) (*commitLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("logstore: commit log dir: %w", err)
 	}
-	c := &commitLog{dir: dir, seq: seq}
+	c := &commitLog{dir: dir}
+	c.seq.Store(seq)
 	if err := c.create(); err != nil {
 		return nil, err
 	}
@@ -252,12 +264,13 @@ func openCommitLog(dir string, seq uint64) (*commitLog, error) {
 // create starts file seq: the spare renamed into place when one is ready,
 // else a new empty file.
 func (c *commitLog) create() error {
-	name := filepath.Join(c.dir, commitLogName(c.seq))
+	name := filepath.Join(c.dir, commitLogName(c.seq.Load()))
 	c.spareMu.Lock()
 	spare := c.spare
 	c.spare = nil
 	c.spareMu.Unlock()
 	var f *os.File
+	var direct *directWriter
 	ahead := false
 	if spare != nil {
 		if err := os.Rename(spare.Name(), name); err != nil {
@@ -265,6 +278,10 @@ func (c *commitLog) create() error {
 			_ = os.Remove(spare.Name())
 		} else {
 			f, ahead = spare, true
+			if d, err := openDirect(name); err == nil {
+				_ = spare.Close()
+				f, direct = d.f, d
+			}
 		}
 	}
 	if f == nil {
@@ -277,7 +294,9 @@ func (c *commitLog) create() error {
 		_ = f.Close()
 		return err
 	}
-	c.f, c.size, c.spareAsked, c.ahead = f, 0, false, ahead
+	c.f, c.spareAsked, c.direct = f, false, direct
+	c.size.Store(0)
+	c.ahead.Store(ahead)
 	return nil
 }
 
@@ -344,27 +363,35 @@ func writeSpare(path string, closed func() bool) (*os.File, error) {
 }
 
 // current returns the sequence number of the file frames go to now.
-func (c *commitLog) current() uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.seq
-}
+func (c *commitLog) current() uint64 { return c.seq.Load() }
 
-// writeFrames appends frames built for file seq (page cache only; sync
-// makes them durable). If a checkpoint started a newer file since, the
-// frames are dropped: that checkpoint synced badger after they committed.
+// writeFrames appends frames built for file seq: durable on return when
+// the file takes direct writes, else in the page cache until sync. If a
+// checkpoint started a newer file since, the frames are dropped: that
+// checkpoint synced badger after they committed.
 func (c *commitLog) writeFrames(frames []byte, seq uint64) error {
 	if c == nil || len(frames) == 0 {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seq != seq {
+	if c.seq.Load() != seq {
 		return nil
 	}
-	n, err := c.f.WriteAt(frames, c.size)
-	c.size += int64(n)
-	if !c.spareAsked && c.size >= spareAfterBytes {
+	var err error
+	size := c.size.Load()
+	if c.direct != nil {
+		if err = c.direct.writeAt(frames, size); err == nil {
+			size += int64(len(frames))
+		}
+	} else {
+		var n int
+		n, err = c.f.WriteAt(frames, size)
+		size += int64(n)
+		c.dirty.Store(true)
+	}
+	c.size.Store(size)
+	if !c.spareAsked && size >= spareAfterBytes {
 		// Busy enough to rotate some day: have the next file written
 		// ahead. An idle or short-lived store never writes one.
 		c.spareAsked = true
@@ -381,13 +408,10 @@ func (c *commitLog) writeFrames(frames []byte, seq uint64) error {
 // spare written ahead is ready (a store's first file, or one started when
 // no spare was ready), so the syncs move to blocks already written.
 func (c *commitLog) full() bool {
-	c.mu.RLock()
-	size, ahead := c.size, c.ahead
-	c.mu.RUnlock()
-	if size >= commitLogMaxBytes {
+	if c.size.Load() >= commitLogMaxBytes {
 		return true
 	}
-	if ahead {
+	if c.ahead.Load() {
 		return false
 	}
 	c.spareMu.Lock()
@@ -395,10 +419,16 @@ func (c *commitLog) full() bool {
 	return c.spare != nil
 }
 
-// sync makes every frame written so far durable.
+// sync makes every frame written so far durable. Frames written directly
+// already are; frames in a file a checkpoint has since replaced are too
+// (the checkpoint synced badger), so only the current file's page-cache
+// writes need the fdatasync.
 func (c *commitLog) sync() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	if !c.dirty.Swap(false) {
+		return nil
+	}
 	if err := unix.Fdatasync(int(c.f.Fd())); err != nil {
 		return fmt.Errorf("logstore: fdatasync commit log: %w", err)
 	}
@@ -410,10 +440,10 @@ func (c *commitLog) sync() error {
 func (c *commitLog) rotate() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old, oldSeq := c.f, c.seq
-	c.seq++
+	old, oldSeq := c.f, c.seq.Load()
+	c.seq.Store(oldSeq + 1)
 	if err := c.create(); err != nil {
-		c.seq = oldSeq
+		c.seq.Store(oldSeq)
 		return err
 	}
 	errs := []error{old.Close()}
@@ -433,7 +463,7 @@ func (c *commitLog) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.f.Close()
-	if rerr := os.Remove(filepath.Join(c.dir, commitLogName(c.seq))); rerr != nil {
+	if rerr := os.Remove(filepath.Join(c.dir, commitLogName(c.seq.Load()))); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	c.spareMu.Lock()

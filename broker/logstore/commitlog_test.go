@@ -340,7 +340,7 @@ func TestValueLogGCKeepsRecordsAndClearsItsMarker(t *testing.T) {
 
 // A busy commit log has its next file written ahead, and a rotation
 // renames it into place: frames are written from the start of a file of
-// zeros. Replay stops at the zeros after the
+// zeros, directly where the file system allows it. Replay stops at the zeros after the
 // last frame, or at a last frame torn into them, and a spare left by a
 // crash is removed on open.
 func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
@@ -387,8 +387,11 @@ func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 			mustAppend(t, l, data("a", "b"), nil)
 			mustAppend(t, l, data("c"), nil)
 			s.cl.mu.RLock()
-			path, size := filepath.Join(s.cl.dir, commitLogName(s.cl.seq)), s.cl.size
+			path, size, direct := filepath.Join(s.cl.dir, commitLogName(s.cl.seq.Load())), s.cl.size.Load(), s.cl.direct != nil
 			s.cl.mu.RUnlock()
+			if !direct && directSupported(s.cl.dir) {
+				t.Fatal("the file written ahead does not take direct writes")
+			}
 			b, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
@@ -437,13 +440,13 @@ func TestCommitLogMovesToTheSpareOnceReady(t *testing.T) {
 		mustAppend(t, l, data(batch...), nil)
 	}
 	s.cl.mu.RLock()
-	first := s.cl.seq
+	first := s.cl.seq.Load()
 	s.cl.mu.RUnlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mustAppend(t, l, data("more"), nil)
 		s.cl.mu.RLock()
-		seq, ahead := s.cl.seq, s.cl.ahead
+		seq, ahead := s.cl.seq.Load(), s.cl.ahead.Load()
 		s.cl.mu.RUnlock()
 		if ahead {
 			if seq == first {

@@ -46,7 +46,8 @@ type Metrics interface {
 	// ObserveSyncFanIn is called once per shared DB.Sync under
 	// FsyncOnCommit with the number of appends it acknowledged.
 	ObserveSyncFanIn(n int)
-	// ObserveSync is called once per DB.Sync (any mode) with its duration.
+	// ObserveSync is called once per sync with its duration: a DB.Sync
+	// (any mode), or under FsyncOnCommit the commit log's write and sync.
 	ObserveSync(d time.Duration)
 	// ObserveDelete is called when whole segments are deleted (below the
 	// floor or by retention) with the records and value bytes removed.

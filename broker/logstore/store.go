@@ -37,7 +37,7 @@ type Store struct {
 	wmu sync.Mutex
 
 	reqs  chan *writeReq
-	syncQ chan syncGroup
+	syncQ chan *syncGroup
 	wg    sync.WaitGroup
 
 	failMu sync.Mutex
@@ -108,7 +108,7 @@ func Open(opts Options) (*Store, error) {
 		logs:  map[record.LogID]*Log{},
 		done:  make(chan struct{}),
 		reqs:  make(chan *writeReq, 1024),
-		syncQ: make(chan syncGroup, 1024),
+		syncQ: make(chan *syncGroup, 1024),
 
 		vlogThreshold: bo.ValueThreshold,
 	}
@@ -353,14 +353,18 @@ func (s *Store) sync() error {
 	return err
 }
 
-// syncCommitted makes every committed write durable: one fdatasync of the
-// commit log under FsyncOnCommit, DB.Sync otherwise.
-func (s *Store) syncCommitted() error {
+// syncCommitted makes every committed write durable: under FsyncOnCommit
+// it writes frames to commit-log file seq and syncs the commit log (one
+// direct write, or a write and an fdatasync), else it runs DB.Sync.
+func (s *Store) syncCommitted(frames []byte, seq uint64) error {
 	if s.cl == nil {
 		return s.sync()
 	}
 	t := time.Now()
-	err := s.cl.sync()
+	err := s.cl.writeFrames(frames, seq)
+	if err == nil {
+		err = s.cl.sync()
+	}
 	s.opts.Metrics.ObserveSync(time.Since(t))
 	return err
 }

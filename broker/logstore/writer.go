@@ -338,8 +338,28 @@ func (b *txnBuild) commit() {
 			b.frame = append(b.frame, frameEntry{op: opSet, k: k, v: v})
 		}
 	}
+	var g *syncGroup
+	if b.s.opts.Fsync == FsyncOnCommit {
+		// The syncer writes and syncs the frame while badger commits the
+		// transaction; it publishes the requests once both are done.
+		g = &syncGroup{reqs: b.reqs, frame: b.frame, committed: make(chan struct{})}
+		if b.s.cl != nil {
+			g.clSeq = b.s.cl.current()
+		}
+		b.s.syncQ <- g
+	}
 	if err := b.txn.Commit(); err != nil {
-		b.abort(fmt.Errorf("logstore: commit: %w", err))
+		err = fmt.Errorf("logstore: commit: %w", err)
+		if g == nil {
+			b.abort(err)
+			return
+		}
+		// The frame may be durable already: a replay could bring these
+		// requests back, so the store stops acknowledging anything (the
+		// callers see the failure: their writes may still land).
+		b.s.fail(err)
+		g.err = err
+		close(g.committed)
 		return
 	}
 	for l, p := range b.pend {
@@ -363,34 +383,32 @@ func (b *txnBuild) commit() {
 	for _, r := range b.reqs {
 		r.gen = r.log.gen // gen only changes under wmu, which we hold
 	}
-	if b.s.opts.Fsync == FsyncOnCommit {
-		// The syncer writes the frame to the commit log, off this goroutine.
-		g := syncGroup{reqs: b.reqs, frame: b.frame}
-		if b.s.cl != nil {
-			g.clSeq = b.s.cl.current()
-		}
-		b.s.syncQ <- g
+	if g != nil {
+		close(g.committed)
 		return
 	}
 	b.s.publish(b.reqs)
 }
 
-// syncGroup is one committed transaction on its way to the syncer: its
-// requests and, under FsyncOnCommit, its commit log frame entries and the
-// commit log file current when it committed.
+// syncGroup is one transaction on its way to the syncer under
+// FsyncOnCommit: its requests, its commit-log frame entries and the commit
+// log file current when it was built. committed is closed once badger's
+// commit is done and the new tails are published, with err set if it
+// failed.
 type syncGroup struct {
-	reqs  []*writeReq
-	frame []frameEntry
-	clSeq uint64
+	reqs      []*writeReq
+	frame     []frameEntry
+	clSeq     uint64
+	committed chan struct{}
+	err       error
 }
 
-// syncer writes the commit log frames of every group committed since its
-// last sync and makes one fdatasync cover them all (group commit), then
-// acknowledges them.
+// syncer writes the commit log frames of every group waiting and makes
+// one sync cover them all (group commit), then acknowledges each group
+// once badger's commit of it is done too.
 func (s *Store) syncer() {
 	defer s.wg.Done()
-	var all []*writeReq
-	var groups []syncGroup
+	var groups []*syncGroup
 	var frames []byte
 	for g := range s.syncQ {
 		groups = append(groups[:0], g)
@@ -406,37 +424,44 @@ func (s *Store) syncer() {
 				break drain
 			}
 		}
-		// A group committed before the newest commit log file was started
-		// is already durable: the checkpoint that started it synced badger.
-		// Writing it into the newer file could let a replay undo a later
-		// truncation or deletion, so only the newest file's groups are
-		// written.
-		all, frames = all[:0], frames[:0]
-		newest := uint64(0)
+		// A group built before the newest commit log file was started is
+		// already durable: the checkpoint that started it ran after the
+		// group's commit and synced badger. Writing it into the newer file
+		// could let a replay undo a later truncation or deletion, so only
+		// the newest file's groups are written.
+		frames = frames[:0]
+		newest, n := uint64(0), 0
 		for _, g := range groups {
 			newest = max(newest, g.clSeq)
+			n += len(g.reqs)
 		}
 		for _, g := range groups {
-			all = append(all, g.reqs...)
 			if g.clSeq == newest && len(g.frame) > 0 {
 				frames = appendFrame(frames, g.frame)
 			}
 		}
-		err := s.cl.writeFrames(frames, newest)
-		if err == nil {
-			err = s.syncCommitted()
-		}
+		err := s.syncCommitted(frames, newest)
 		if err != nil {
 			err = fmt.Errorf("logstore: sync: %w", err)
 			s.fail(err)
-			for _, r := range all {
-				r.err = err
+		} else {
+			s.opts.Metrics.ObserveSyncFanIn(n)
+		}
+		for _, g := range groups {
+			<-g.committed
+			gerr := g.err
+			if gerr == nil {
+				gerr = err
+			}
+			if gerr == nil {
+				s.publish(g.reqs)
+				continue
+			}
+			for _, r := range g.reqs {
+				r.err = gerr
 				s.respond(r)
 			}
-			continue
 		}
-		s.opts.Metrics.ObserveSyncFanIn(len(all))
-		s.publish(all)
 	}
 }
 

@@ -64,6 +64,9 @@ type Config struct {
 
 	// Registry receives the broker's metrics; nil makes a new one.
 	Registry *prometheus.Registry
+	// Profiles also serves Go's runtime profiles on HTTP under
+	// /debug/pprof/ (server.WithProfiles).
+	Profiles bool
 	// ServerOptions are passed to the protocol server (Shards, StorageID,
 	// Replication and Metrics are set by the member).
 	ServerOptions server.Options
@@ -104,7 +107,11 @@ func Run(ctx context.Context, cfg Config) error {
 		s := srvReady.Load()
 		return s != nil && s.Ready()
 	}
-	httpSrv := &http.Server{Handler: server.HTTPHandler(ready, reg), ReadHeaderTimeout: 10 * time.Second}
+	handler := server.HTTPHandler(ready, reg)
+	if cfg.Profiles {
+		handler = server.WithProfiles(handler)
+	}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = httpSrv.Serve(cfg.HTTP) }()
 	defer func() { _ = httpSrv.Close() }()
 

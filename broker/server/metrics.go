@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		syncFanIn: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "felix_broker_sync_fan_in",
 			Help: "Appends acknowledged by one shared sync (on-commit group commit).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		syncLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "felix_broker_sync_duration_seconds",
-			Help: "Duration of one storage sync.", Buckets: latencyBuckets}),
+			Help: "Duration of one storage sync (under on-commit, the commit log's write and sync).", Buckets: latencyBuckets}),
 		deletedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_deleted_records_total",
 			Help: "Records removed by whole-segment deletion."}),
 		deletedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_deleted_bytes_total",

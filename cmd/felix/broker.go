@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"time"
@@ -196,15 +195,11 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		_ = pl.Close()
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", server.HTTPHandler(srv.Ready, reg))
+	handler := server.HTTPHandler(srv.Ready, reg)
 	if f.pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = server.WithProfiles(handler)
 	}
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pl) }()
 	if f.maintainInterval > 0 {
