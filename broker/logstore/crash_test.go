@@ -33,6 +33,7 @@ const (
 	envCrashDir   = "FELIX_LOGSTORE_CRASH_DIR"
 	envCrashMode  = "FELIX_LOGSTORE_CRASH_MODE"
 	envCrashFrom  = "FELIX_LOGSTORE_CRASH_VERIFY_FROM"
+	envCrashAhead = "FELIX_LOGSTORE_CRASH_AHEAD"
 )
 
 // crashPayload is self-checking: 4 bytes of crc32c over the rest.
@@ -124,6 +125,17 @@ func TestCrashChild(t *testing.T) {
 		defer outMu.Unlock()
 		_, _ = os.Stdout.WriteString(fmt.Sprintf(format, a...)) // one write(2) per line
 	}
+	if os.Getenv(envCrashAhead) == "1" {
+		// Fill another log until the commit log has moved to a file
+		// written ahead (direct writes where the file system allows),
+		// so the kill lands while frames go there.
+		direct, err := primeWrittenAhead(s)
+		if err != nil {
+			fmt.Printf("bad ahead %v\n", err)
+			os.Exit(3)
+		}
+		say("ahead %t\n", direct)
+	}
 	say("open %d\n", tail)
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
@@ -159,23 +171,70 @@ func TestCrashChild(t *testing.T) {
 	wg.Wait()
 }
 
+// primeWrittenAhead appends to a filler log until the store's commit log
+// has moved to a file written ahead, and reports whether that file takes
+// direct writes.
+func primeWrittenAhead(s *Store) (bool, error) {
+	filler, err := s.Log(record.LogID{ShardID: record.ShardID{Stream: "filler"}, Log: record.LogData})
+	if err != nil {
+		return false, err
+	}
+	batch := make([]record.Record, 64)
+	for i := range batch {
+		batch[i] = record.Record{Epoch: 1, Payload: make([]byte, 4096)}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !s.cl.ahead.Load() {
+		if time.Now().After(deadline) {
+			return false, errors.New("the commit log did not move to a file written ahead within 60s")
+		}
+		if _, err := filler.Append(context.Background(), batch, nil); err != nil {
+			return false, err
+		}
+	}
+	s.cl.mu.RLock()
+	defer s.cl.mu.RUnlock()
+	return s.cl.direct != nil, nil
+}
+
 func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 	if os.Getenv(envCrashChild) == "1" {
 		t.Skip("in the child")
 	}
 	rounds := envInt(t, "FELIX_CRASH_ROUNDS", 50)
 	seed := uint64(envInt(t, "FELIX_CRASH_SEED", 20261130))
-	for _, mode := range []FsyncMode{FsyncOnCommit, FsyncPeriodic, FsyncNone} {
-		t.Run(mode.String(), func(t *testing.T) {
+	type variant struct {
+		name   string
+		mode   FsyncMode
+		ahead  bool // kill while frames go to a file written ahead
+		rounds int
+	}
+	variants := []variant{
+		{FsyncOnCommit.String(), FsyncOnCommit, false, rounds},
+		{FsyncPeriodic.String(), FsyncPeriodic, false, rounds},
+		{FsyncNone.String(), FsyncNone, false, rounds},
+		// Each round writes 4 MiB and a 64 MiB spare first: fewer rounds.
+		{"on-commit-written-ahead", FsyncOnCommit, true, max(rounds/5, 3)},
+	}
+	for _, v := range variants {
+		mode := v.mode
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			rng := rand.New(rand.NewPCG(seed, uint64(mode)))
+			stream := uint64(mode)
+			if v.ahead {
+				stream += 100
+			}
+			rng := rand.New(rand.NewPCG(seed, stream))
 			dir := t.TempDir()
 			var ackedTail, verified uint64 // highest acknowledged tail; verified below
-			acks := 0
-			for round := 0; round < rounds; round++ {
-				tail, n, opened := crashRound(t, dir, mode, time.Duration(rng.IntN(40_000))*time.Microsecond, ackedTail, verified)
+			acks, direct := 0, 0
+			for round := 0; round < v.rounds; round++ {
+				tail, n, opened, d := crashRound(t, dir, mode, v.ahead, time.Duration(rng.IntN(40_000))*time.Microsecond, ackedTail, verified)
 				verified = opened
 				acks += n
+				if d {
+					direct++
+				}
 				// A process crash loses nothing acknowledged in any mode:
 				// the data reached the OS before the ack. Under OnCommit it
 				// also reached the disk.
@@ -189,7 +248,10 @@ func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 			if err != nil || tail < ackedTail {
 				t.Fatalf("final verify: tail %d (acknowledged %d): %v", tail, ackedTail, err)
 			}
-			t.Logf("%s: %d rounds, %d acknowledged appends, final tail %d", mode, rounds, acks, tail)
+			if v.ahead && direct == 0 && directSupported(t.TempDir()) {
+				t.Fatalf("no round wrote its frames directly, though this file system takes O_DIRECT")
+			}
+			t.Logf("%s: %d rounds (%d with direct writes), %d acknowledged appends, final tail %d", v.name, v.rounds, direct, acks, tail)
 		})
 	}
 }
@@ -198,10 +260,14 @@ func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 // and returns max(the tail the child found on open, the highest acknowledged
 // tail it printed), the number of acknowledgements, and the open tail (all
 // below it verified).
-func crashRound(t *testing.T, dir string, mode FsyncMode, delay time.Duration, prevAcked, verified uint64) (uint64, int, uint64) {
+func crashRound(t *testing.T, dir string, mode FsyncMode, ahead bool, delay time.Duration, prevAcked, verified uint64) (uint64, int, uint64, bool) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envCrashChild+"=1", envCrashDir+"="+dir, envCrashMode+"="+mode.String(), envCrashFrom+"="+strconv.FormatUint(verified, 10))
+	if ahead {
+		cmd.Env = append(cmd.Env, envCrashAhead+"=1")
+	}
+	direct := false
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -226,6 +292,8 @@ func crashRound(t *testing.T, dir string, mode FsyncMode, delay time.Duration, p
 				t.Fatalf("child opened with tail %d below acknowledged tail %d", openTail, prevAcked)
 			}
 			timer = time.AfterFunc(delay, func() { _ = cmd.Process.Kill() })
+		case len(f) == 2 && f[0] == "ahead":
+			direct = f[1] == "true"
 		case len(f) == 3 && f[0] == "ack":
 			v, _ := strconv.ParseUint(f[2], 10, 64)
 			acked = max(acked, v)
@@ -243,5 +311,5 @@ func crashRound(t *testing.T, dir string, mode FsyncMode, delay time.Duration, p
 		t.Fatalf("child never opened the store")
 	}
 	// The next round's open must show at least max(openTail, acked).
-	return max(openTail, acked), n, openTail
+	return max(openTail, acked), n, openTail, direct
 }
