@@ -37,6 +37,7 @@ type Metrics struct {
 	shippedBytes   *prometheus.CounterVec // {shard, peer}
 	shippedRecords *prometheus.CounterVec // {shard, peer}
 	receivedBytes  *prometheus.CounterVec // {shard}
+	commitLatency  prometheus.Histogram
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -66,6 +67,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Records in Append frames a leader sent to each follower (counted at send, resends included)."}, []string{"shard", "peer"}),
 		receivedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_replication_received_bytes_total",
 			Help: "Bytes of Append frames a follower received for a shard it holds."}, []string{"shard"}),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "felix_replication_commit_latency_seconds",
+			Help:    "Time from a proposal reaching its shard on the leader to its acknowledgement under the shard's ack mode (Quorum: durable on a quorum under on-commit).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 	}
 	for _, r := range []string{ReasonFloor, ReasonRetention} {
 		m.segments.WithLabelValues(r)
@@ -73,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.bytes.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.passes, m.passSeconds, m.segments, m.records, m.bytes,
-		m.lastSegs, m.lastBytes, m.errors, m.refused, m.shippedBytes, m.shippedRecords, m.receivedBytes} {
+		m.lastSegs, m.lastBytes, m.errors, m.refused, m.shippedBytes, m.shippedRecords, m.receivedBytes, m.commitLatency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -115,6 +119,7 @@ func (m *Metrics) retentionRefused() {
 type shipCounters struct {
 	bytes, records map[string]prometheus.Counter // by peer
 	received       prometheus.Counter
+	commit         prometheus.Observer
 }
 
 // shardCounters resolves the counters of shard (id) with peers; nil
@@ -130,7 +135,16 @@ func (m *Metrics) shardCounters(shard string, peers []string) shipCounters {
 		c.records[p] = m.shippedRecords.WithLabelValues(shard, p)
 	}
 	c.received = m.receivedBytes.WithLabelValues(shard)
+	c.commit = m.commitLatency
 	return c
+}
+
+// committed records the time from a proposal's submission to its
+// acknowledgement.
+func (c shipCounters) committed(d time.Duration) {
+	if c.commit != nil {
+		c.commit.Observe(d.Seconds())
+	}
 }
 
 // dropShard forgets a removed shard's replication series.

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
@@ -26,7 +27,7 @@ func (s *shard) submit(ctx context.Context, p replication.Proposal) (func(contex
 	s.wmu.Lock()
 	s.nextID++
 	p.ID = s.nextID
-	s.waiters[p.ID] = ch
+	s.waiters[p.ID] = waiter{ch: ch, since: time.Now()}
 	s.wmu.Unlock()
 	forget := func() {
 		s.wmu.Lock()
@@ -61,13 +62,23 @@ func (s *shard) submit(ctx context.Context, p replication.Proposal) (func(contex
 	}, nil
 }
 
+// waiter is a submitted proposal's answer channel and when it was
+// submitted.
+type waiter struct {
+	ch    chan replication.Ack
+	since time.Time
+}
+
 func (s *shard) complete(a replication.Ack) {
 	s.wmu.Lock()
-	ch := s.waiters[a.ID]
+	w, ok := s.waiters[a.ID]
 	delete(s.waiters, a.ID)
 	s.wmu.Unlock()
-	if ch != nil {
-		ch <- a
+	if ok {
+		if a.Err == nil {
+			s.counters.committed(time.Since(w.since))
+		}
+		w.ch <- a
 	}
 }
 

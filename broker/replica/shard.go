@@ -82,14 +82,14 @@ type shard struct {
 
 	wmu     sync.Mutex
 	nextID  replication.ProposalID
-	waiters map[replication.ProposalID]chan replication.Ack
+	waiters map[replication.ProposalID]waiter
 }
 
 func newShard(m *Manager, id record.ShardID, replicas []replication.NodeID, mode replication.AckMode, base uint64) (*shard, error) {
 	s := &shard{m: m, id: id, replicas: append([]replication.NodeID(nil), replicas...),
 		inbox: make(chan event, inboxSize), stopping: make(chan struct{}), done: make(chan struct{}),
 		toPersist: make(chan replication.Ready, maxPersisting), persisted: make(chan persistDone, maxPersisting),
-		waiters: map[replication.ProposalID]chan replication.Ack{}}
+		waiters: map[replication.ProposalID]waiter{}}
 	s.mode.Store(uint32(mode))
 	var peerNames []string
 	for _, n := range replicas {
