@@ -353,13 +353,12 @@ func (s *Store) sync() error {
 	return err
 }
 
-// syncCommitted makes every committed write durable: under FsyncOnCommit
-// it writes frames to commit-log file seq and syncs the commit log (one
-// direct write, or a write and an fdatasync), else it runs DB.Sync.
+// syncCommitted makes the groups whose frames it is given durable: it
+// writes frames to commit-log file seq and syncs the commit log (one
+// direct write, or a write and an fdatasync). Only the syncer calls it,
+// under FsyncOnCommit, where the commit log is always open; it does not
+// depend on badger's commit of those groups having finished.
 func (s *Store) syncCommitted(frames []byte, seq uint64) error {
-	if s.cl == nil {
-		return s.sync()
-	}
 	t := time.Now()
 	err := s.cl.writeFrames(frames, seq)
 	if err == nil {
