@@ -21,9 +21,11 @@ import (
 // The commit log makes FsyncOnCommit cheap. badger's DB.Sync msyncs its
 // memory-mapped WAL and value log; measured on these machines it costs 3-4
 // times a write+fdatasync of a plain file while appends keep writing. So
-// under FsyncOnCommit the writer also appends each committed transaction's
-// keys and values, as one checksummed frame, to a plain file with write(2),
-// and the shared sync is one fdatasync of that file. On open, frames are
+// under FsyncOnCommit each transaction's keys and values also go, as one
+// checksummed frame, to a plain file: the syncer writes the frames of every
+// group waiting and makes them durable together (an fdatasync, or one
+// direct write on a file written ahead, directwrite.go), while badger
+// commits the same groups without a sync. On open, frames are
 // replayed into badger (set and delete are idempotent and replayed in
 // order), badger is synced and the files are removed. A checkpoint (DB.Sync,
 // then a new file, then the old one removed) bounds the file and runs
@@ -33,7 +35,7 @@ import (
 // Frame: u32 body length, u32 crc32c of body, body = uvarint entry count,
 // then per entry: op byte (0 set, 1 delete), uvarint key length, key,
 // uvarint value length, value. A torn or corrupt frame ends the replay: it
-// was never acknowledged (its fdatasync did not complete).
+// was never acknowledged (its sync did not complete).
 //
 // Files written ahead. An fdatasync of a file that grows must also write
 // its new size; one whose blocks are already written syncs 1.5 to 1.8
