@@ -531,3 +531,93 @@ func (w *writer) finish() (acked map[uint64]string, order []uint64, unknown int)
 	<-w.done
 	return w.acked, w.order, w.unknown
 }
+
+// checkOnceInOrder fails the test if a payload appears twice in got or if
+// the acknowledged offsets in order (acknowledgement order of one writer
+// workload) ever go down.
+func checkOnceInOrder(t *testing.T, got map[uint64]record.Record, order []uint64) {
+	t.Helper()
+	seen := map[string]uint64{}
+	for off, r := range got {
+		p := string(r.Payload)
+		if prev, dup := seen[p]; dup {
+			t.Errorf("payload %q read twice, at %d and %d", p, prev, off)
+		}
+		seen[p] = off
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i] <= order[i-1] {
+			t.Errorf("acknowledged offsets out of order: %d after %d", order[i], order[i-1])
+		}
+	}
+}
+
+// staleAppends are single-record appends sent over one connection to a
+// leader that is about to be cut off (frozen or partitioned); they are
+// answered whenever it can answer, or time out.
+type staleAppends struct {
+	cl      *fclient.Client
+	results chan staleResult
+	n       int
+}
+
+type staleResult struct {
+	payload string
+	first   uint64
+	err     error
+	at      time.Time
+}
+
+// dialStale connects to broker leader before it is cut off; the caller
+// cuts it off, calls send, and closes it when done.
+func (tn *tenant) dialStale(leader string) *staleAppends {
+	cl, err := fclient.Dial(tn.ctx, tn.broker(leader).Address, fclient.Options{})
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	return &staleAppends{cl: cl}
+}
+
+func (s *staleAppends) close() { _ = s.cl.Close() }
+
+// send starts n appends of "stale-<i>" to stream, each given timeout.
+func (s *staleAppends) send(ctx context.Context, stream string, n int, timeout time.Duration) {
+	s.n, s.results = n, make(chan staleResult, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			p := fmt.Sprintf("stale-%d", i)
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			ok, err := s.cl.Append(actx, record.ShardID{Stream: stream}, []record.Record{{Payload: []byte(p)}}, nil)
+			s.results <- staleResult{p, ok.First, err, time.Now()}
+		}(i)
+	}
+}
+
+// staleOutcome is what the appends sent to a cut-off leader got.
+type staleOutcome struct {
+	acked        map[uint64]string // payload by acknowledged offset
+	refused      int               // refused or timed out
+	firstRefusal error
+	lastAnswer   time.Time
+}
+
+// wait collects every answer (each append ends by its timeout at worst).
+func (s *staleAppends) wait() staleOutcome {
+	o := staleOutcome{acked: map[uint64]string{}}
+	for i := 0; i < s.n; i++ {
+		r := <-s.results
+		if r.at.After(o.lastAnswer) {
+			o.lastAnswer = r.at
+		}
+		if r.err == nil {
+			o.acked[r.first] = r.payload
+			continue
+		}
+		o.refused++
+		if o.firstRefusal == nil {
+			o.firstRefusal = r.err
+		}
+	}
+	return o
+}

@@ -106,20 +106,8 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 
 	s := tn.caughtUp("nemesis", 3*time.Minute)
 	got := tn.readAll(tn.broker(s.Status.Assignment.Leader).Address, "nemesis")
-	seen := map[string]uint64{}
-	for off, r := range got {
-		p := string(r.Payload)
-		if prev, dup := seen[p]; dup {
-			t.Errorf("payload %q read twice, at %d and %d", p, prev, off)
-		}
-		seen[p] = off
-	}
 	verified := checkAcked(t, acked, got, "the leader at the end")
-	for i := 1; i < len(order); i++ {
-		if order[i] <= order[i-1] {
-			t.Errorf("acknowledged offsets out of order: %d after %d", order[i], order[i-1])
-		}
-	}
+	checkOnceInOrder(t, got, order)
 	total := faults["kill-9"] + faults["freeze"] + faults["wipe"]
 	t.Logf("nemesis: %d faults injected (kill -9 %d, freeze %d, wipe %d) over %s; %d acknowledged records verified (%d appends with unknown outcome); %d records read from %s at epoch %d",
 		total, faults["kill-9"], faults["freeze"], faults["wipe"], duration, verified, unknown, len(got), s.Status.Assignment.Leader, s.Status.Assignment.Epoch)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	fclient "felix.dev/felix/broker/client"
-	"felix.dev/felix/broker/record"
 	"felix.dev/felix/controllers"
 	"felix.dev/felix/internal/localcluster"
 	"felix.dev/felix/internal/testenv"
@@ -137,11 +135,8 @@ func scenarioPartitionedLeader(tn *tenant) {
 	})
 	old := *tn.shard("orders").Status.Assignment
 	oldRestarts := tn.restarts(old.Leader)
-	stale, err := fclient.Dial(tn.ctx, tn.broker(old.Leader).Address, fclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Close()
+	stale := tn.dialStale(old.Leader)
+	defer stale.close()
 	if err := tn.lc.Runner.Partition(tn.ns, old.Leader); err != nil {
 		t.Fatal(err)
 	}
@@ -156,23 +151,8 @@ func scenarioPartitionedLeader(tn *tenant) {
 
 	// Appends sent to the cut-off leader wait in the host's socket (TCP
 	// retransmits them) and reach it only once it is healed.
-	type result struct {
-		payload string
-		first   uint64
-		err     error
-		at      time.Time
-	}
 	const staleN = 20
-	results := make(chan result, staleN)
-	for i := 0; i < staleN; i++ {
-		go func(i int) {
-			p := fmt.Sprintf("stale-%d", i)
-			actx, acancel := context.WithTimeout(tn.ctx, 90*time.Second)
-			defer acancel()
-			ok, err := stale.Append(actx, record.ShardID{Stream: "orders"}, []record.Record{{Payload: []byte(p)}}, nil)
-			results <- result{p, ok.First, err, time.Now()}
-		}(i)
-	}
+	stale.send(tn.ctx, "orders", staleN, 90*time.Second)
 
 	var now felixv1.Assignment
 	eventually(t, "a promotion while the leader is partitioned", 2*time.Minute, func() (bool, string) {
@@ -213,40 +193,12 @@ func scenarioPartitionedLeader(tn *tenant) {
 	acked, order, unknown := w.finish()
 	finished = true
 
-	staleAcked := map[uint64]string{}
-	refused := 0
-	var firstRefusal error
-	var lastAnswer time.Time
-	for i := 0; i < staleN; i++ {
-		r := <-results
-		if r.at.After(lastAnswer) {
-			lastAnswer = r.at
-		}
-		if r.err == nil {
-			staleAcked[r.first] = r.payload
-		} else {
-			refused++
-			if firstRefusal == nil {
-				firstRefusal = r.err
-			}
-		}
-	}
-	staleDoneAfter := lastAnswer.Sub(healedAt)
+	so := stale.wait()
+	staleAcked, refused, firstRefusal := so.acked, so.refused, so.firstRefusal
+	staleDoneAfter := so.lastAnswer.Sub(healedAt)
 	got := tn.readAll(tn.broker(now.Leader).Address, "orders")
 	verified := checkAcked(t, acked, got, "the new leader")
-	seen := map[string]uint64{}
-	for off, r := range got {
-		p := string(r.Payload)
-		if prev, dup := seen[p]; dup {
-			t.Errorf("payload %q read twice, at %d and %d", p, prev, off)
-		}
-		seen[p] = off
-	}
-	for i := 1; i < len(order); i++ {
-		if order[i] <= order[i-1] {
-			t.Errorf("acknowledged offsets out of order: %d after %d", order[i], order[i-1])
-		}
-	}
+	checkOnceInOrder(t, got, order)
 	// What the workload acknowledged after the promotion was observed is
 	// the new leader's, at its epoch or later.
 	for _, off := range order[atPromotion:] {

@@ -25,8 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	fclient "felix.dev/felix/broker/client"
-	"felix.dev/felix/broker/record"
 )
 
 // TestLocalCluster runs every process-mode scenario on one local cluster,
@@ -421,11 +419,8 @@ func scenarioFrozenLeader(tn *tenant) {
 	tn.stream("jobs")
 	acked := tn.appendAcked("jobs", 50, 10, 64, "before")
 	old := *tn.shard("jobs").Status.Assignment
-	stale, err := fclient.Dial(tn.ctx, tn.broker(old.Leader).Address, fclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Close()
+	stale := tn.dialStale(old.Leader)
+	defer stale.close()
 	if err := tn.lc.Runner.Freeze(tn.ns, old.Leader); err != nil {
 		t.Fatal(err)
 	}
@@ -435,22 +430,8 @@ func scenarioFrozenLeader(tn *tenant) {
 			_ = tn.lc.Runner.Thaw(tn.ns, old.Leader)
 		}
 	}()
-	type result struct {
-		payload string
-		first   uint64
-		err     error
-	}
 	const staleN = 20
-	results := make(chan result, staleN)
-	for i := 0; i < staleN; i++ {
-		go func(i int) {
-			p := fmt.Sprintf("stale-%d", i)
-			actx, acancel := context.WithTimeout(tn.ctx, 30*time.Second)
-			defer acancel()
-			ok, err := stale.Append(actx, record.ShardID{Stream: "jobs"}, []record.Record{{Payload: []byte(p)}}, nil)
-			results <- result{p, ok.First, err}
-		}(i)
-	}
+	stale.send(tn.ctx, "jobs", staleN, 30*time.Second)
 	var now felixv1.Assignment
 	eventually(t, "a promotion while the leader is frozen", 2*time.Minute, func() (bool, string) {
 		a := tn.shard("jobs").Status.Assignment
@@ -464,16 +445,8 @@ func scenarioFrozenLeader(tn *tenant) {
 		t.Fatal(err)
 	}
 	thawed = true
-	staleAcked := map[uint64]string{}
-	refused := 0
-	for i := 0; i < staleN; i++ {
-		r := <-results
-		if r.err == nil {
-			staleAcked[r.first] = r.payload
-		} else {
-			refused++
-		}
-	}
+	so := stale.wait()
+	staleAcked, refused := so.acked, so.refused
 	got := tn.readAll(tn.broker(now.Leader).Address, "jobs")
 	checkAcked(t, acked, got, "the new leader")
 	// Every append the old leader acknowledged is in the new leader's log
