@@ -21,10 +21,19 @@ import (
 // (default 10s) after its 1 s warm-up. Run it with
 //
 //	go test -run XXX -bench ClusterQuorumAppend -benchtime 1x ./test/e2e
+//
+// With FELIX_CLUSTER_BENCH_PROFILES set to a directory, each broker serves
+// its Go profiles and a CPU profile of each is taken there during the
+// first run (BROKER-SHAPE.cpu.pprof, over half of the run).
 func BenchmarkClusterQuorumAppend(b *testing.B) {
 	duration := "10s"
 	if d := os.Getenv("FELIX_CLUSTER_BENCH_DURATION"); d != "" {
 		duration = d
+	}
+	profiles := os.Getenv("FELIX_CLUSTER_BENCH_PROFILES")
+	var brokerArgs []string
+	if profiles != "" {
+		brokerArgs = append(brokerArgs, "--pprof")
 	}
 	for _, fsync := range []felixv1.FsyncMode{felixv1.FsyncPeriodic, felixv1.FsyncOnCommit} {
 		for _, shape := range []struct {
@@ -34,17 +43,25 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%s", fsync, shape.name), func(b *testing.B) {
 				c := newCluster(b, 3, fsync)
 				for i := 0; i < 3; i++ {
-					c.startBroker(i)
+					c.startBroker(i, brokerArgs...)
 				}
 				c.createStream(b, "bench", 3)
 				leader := c.shard("bench", 0).Status.Assignment.Leader
-				var recs, mb, p50, p99, clientCPU float64
+				var recs, mb, p50, p99, clientCPU, brokerCPU float64
 				for i := 0; i < b.N; i++ {
+					cpuBefore := c.brokersCPU(b)
+					var profiled func()
+					if profiles != "" && i == 0 {
+						profiled = c.profileBrokers(b, profiles, shape.name+"-"+string(fsync), duration)
+					}
 					out, err := exec.Command(c.bin, "bench", "--broker", c.addressOf(leader), "--stream", "bench",
 						"--shards", "1", "--connections", "16", "--pipeline", fmt.Sprint(shape.pipeline),
 						"--batch", "1", "--record-size", "1024", "--duration", duration).Output()
 					if err != nil {
 						b.Fatalf("felix bench: %v\n%s", err, out)
+					}
+					if profiled != nil {
+						profiled()
 					}
 					var res struct {
 						RecordsPerSec   float64 `json:"recordsPerSec"`
@@ -53,12 +70,19 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 						P99Ms           float64 `json:"p99Ms"`
 						Errors          int64   `json:"errors"`
 						ClientCPUMicros float64 `json:"clientCpuMicrosPerRecord"`
+						Records         int64   `json:"records"`
 					}
 					if err := json.Unmarshal(out, &res); err != nil {
 						b.Fatalf("felix bench output %q: %v", out, err)
 					}
 					if res.Errors != 0 || res.RecordsPerSec == 0 {
 						b.Fatalf("felix bench: %+v", res)
+					}
+					// The brokers' CPU over the whole run (warm-up included)
+					// per record acknowledged after the warm-up: an upper
+					// bound, comparable between runs of one duration.
+					if res.Records > 0 {
+						brokerCPU += float64((c.brokersCPU(b) - cpuBefore).Microseconds()) / float64(res.Records)
 					}
 					recs += res.RecordsPerSec
 					mb += res.MBPerSec
@@ -71,6 +95,7 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 				b.ReportMetric(p50, "p50-ms")
 				b.ReportMetric(p99, "p99-ms")
 				b.ReportMetric(clientCPU/n, "client-cpu-µs/record")
+				b.ReportMetric(brokerCPU/n, "brokers-cpu-µs/record")
 			})
 		}
 	}

@@ -8,12 +8,16 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,4 +283,91 @@ func shardState(sh *felixv1.FelixShard) string {
 		s += fmt.Sprintf(" %s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message)
 	}
 	return s
+}
+
+// brokersCPU is the user and system CPU time the running brokers have
+// used so far (Linux /proc; clock ticks of 10 ms).
+func (c *cluster) brokersCPU(t testing.TB) time.Duration {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var total time.Duration
+	for name, b := range c.brokers {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", b.cmd.Process.Pid))
+		if err != nil {
+			t.Fatalf("cpu time of broker %s: %v", name, err)
+		}
+		// Fields after the command name (which may hold spaces, so cut at
+		// its closing parenthesis): utime and stime are the 12th and 13th.
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+		if len(f) < 13 {
+			t.Fatalf("cpu time of broker %s: short /proc stat %q", name, raw)
+		}
+		for _, s := range f[11:13] {
+			ticks, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				t.Fatalf("cpu time of broker %s: %v", name, err)
+			}
+			total += time.Duration(ticks) * 10 * time.Millisecond
+		}
+	}
+	return total
+}
+
+// profileBrokers starts taking a CPU profile of every broker (started
+// with --pprof) over half of run, after a second of warm-up, into
+// dir/BROKER-tag.cpu.pprof; the returned function waits for them and then
+// saves each broker's metrics into dir/BROKER-tag.metrics.txt.
+func (c *cluster) profileBrokers(t testing.TB, dir, tag, run string) func() {
+	t.Helper()
+	d, err := time.ParseDuration(run)
+	if err != nil {
+		t.Fatalf("profile duration %q: %v", run, err)
+	}
+	secs := max(1, int(d.Seconds()/2))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var wg sync.WaitGroup
+	for name, b := range c.brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Second) // past the client's warm-up
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.http, secs)
+			if err := fetchTo(url, filepath.Join(dir, name+"-"+tag+".cpu.pprof")); err != nil {
+				t.Errorf("profile %s: %v", name, err)
+			}
+		}()
+	}
+	return func() {
+		wg.Wait()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for name, b := range c.brokers {
+			if err := fetchTo(fmt.Sprintf("http://%s/metrics", b.http), filepath.Join(dir, name+"-"+tag+".metrics.txt")); err != nil {
+				t.Errorf("metrics of %s: %v", name, err)
+			}
+		}
+	}
+}
+
+// fetchTo saves the body of a GET of url into path.
+func fetchTo(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
 }
