@@ -91,6 +91,10 @@ helm-lint: ## helm lint the chart.
 bench-peer: ## Measure NATS JetStream (R=3, pinned in hack/natsbench) and Felix R=3 in the same harness shapes, one after the other.
 	hack/bench-peer.sh
 
+.PHONY: bench-rounds
+bench-rounds: build envtest-bins ## Alternate the peer (fsync always) and Felix's cluster harness (OnCommit) in rounds; print each round's ratios (ROUNDS, DURATION).
+	hack/bench-rounds.sh
+
 ##@ Image
 
 .PHONY: docker-build

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Compares Felix with the peer under fsync-per-write durability in rounds
+# that alternate them, so each ratio pairs runs minutes apart on the same
+# machine: per round, the peer (NATS JetStream, R=3, --sync-always) with 16
+# synchronous publishers and with 16 x 8 pipelined, then Felix's cluster
+# harness (BenchmarkClusterQuorumAppend/OnCommit: three `felix broker`
+# processes and `felix bench`) in the same two shapes. Prints one line per
+# round with both figures and the ratios, and the range of each ratio.
+#
+#   hack/bench-rounds.sh                     # 4 rounds of 8 s runs
+#   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
+#
+# Needs bin/felix and the envtest binaries (make build envtest-bins).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS="${ROUNDS:-4}"
+DURATION="${DURATION:-8s}"
+(cd hack/natsbench && go build -o ../../bin/natsbench . && go build -o ../../bin/nats-server github.com/nats-io/nats-server/v2)
+e2e="$(mktemp -d)/e2e.test"
+go test -c -o "$e2e" ./test/e2e
+
+peer() { bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$1" --sync-always | tail -1; }
+felix() { (cd test/e2e && FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench 'ClusterQuorumAppend/OnCommit' -test.benchtime 1x | grep '^Benchmark'); }
+
+results="$(mktemp)"
+for ((i = 1; i <= ROUNDS; i++)); do
+	echo "# round $i $(date -u +%TZ) load $(cut -d' ' -f1 /proc/loadavg)" >&2
+	{
+		echo "round $i"
+		echo "peer-sync16 $(peer 1)"
+		echo "peer-pipelined $(peer 8)"
+		felix
+	} >>"$results"
+done
+python3 - "$results" <<'PY'
+import json, re, sys
+rounds, cur = [], None
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line.startswith("round "):
+        cur = {}
+        rounds.append(cur)
+    elif line.startswith("peer-"):
+        shape, js = line.split(" ", 1)
+        d = json.loads(js)
+        cur[shape] = (d["recordsPerSec"], d["mbPerSec"])
+    elif line.startswith("Benchmark"):
+        shape = "felix-sync16" if "/sync16" in line else "felix-pipelined"
+        recs = float(re.search(r"([\d.]+) records/s", line).group(1))
+        mb = float(re.search(r"([\d.]+) MB/s", line).group(1))
+        cur[shape] = (recs, mb)
+ratios = {"sync16": [], "pipelined": []}
+print("round  peer sync16  felix sync16  ratio  peer 16x8 MB/s  felix 16x8 MB/s  ratio")
+for i, r in enumerate(rounds, 1):
+    s = r["felix-sync16"][0] / r["peer-sync16"][0]
+    p = r["felix-pipelined"][1] / r["peer-pipelined"][1]
+    ratios["sync16"].append(s)
+    ratios["pipelined"].append(p)
+    print(f"{i:5d}  {r['peer-sync16'][0]:11,.0f}  {r['felix-sync16'][0]:12,.0f}  {s:4.2f}x  {r['peer-pipelined'][1]:14.1f}  {r['felix-pipelined'][1]:15.1f}  {p:4.2f}x")
+for k, v in ratios.items():
+    v.sort()
+    print(f"{k}: ratio {v[0]:.2f} - {v[-1]:.2f}x, median {v[len(v)//2] if len(v)%2 else (v[len(v)//2-1]+v[len(v)//2])/2:.2f}x")
+PY
