@@ -23,8 +23,9 @@ import (
 //	go test -run XXX -bench ClusterQuorumAppend -benchtime 1x ./test/e2e
 //
 // With FELIX_CLUSTER_BENCH_PROFILES set to a directory, each broker serves
-// its Go profiles and a CPU profile of each is taken there during the
-// first run (BROKER-SHAPE.cpu.pprof, over half of the run).
+// its Go profiles; during the first run a CPU profile of each is taken
+// over half of the run (DIR/BROKER-SHAPE-FSYNC.cpu.pprof) and after it each
+// broker's /metrics is saved (DIR/BROKER-SHAPE-FSYNC.metrics.txt).
 func BenchmarkClusterQuorumAppend(b *testing.B) {
 	duration := "10s"
 	if d := os.Getenv("FELIX_CLUSTER_BENCH_DURATION"); d != "" {
