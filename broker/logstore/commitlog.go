@@ -438,7 +438,10 @@ func (c *commitLog) sync() error {
 }
 
 // rotate starts a new file and removes the old one. The caller has synced
-// badger, so nothing in the old file is needed.
+// badger, so nothing in the old file is needed. The removal is made
+// durable (the directory is synced) before rotate returns: callers go on
+// to delete data that no commit-log frame records, and an old file that
+// came back after a crash would be replayed over it.
 func (c *commitLog) rotate() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -450,6 +453,8 @@ func (c *commitLog) rotate() error {
 	}
 	errs := []error{old.Close()}
 	if err := os.Remove(filepath.Join(c.dir, commitLogName(oldSeq))); err != nil {
+		errs = append(errs, err)
+	} else if err := syncDir(c.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
