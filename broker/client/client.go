@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"felix.dev/felix/broker/record"
@@ -70,6 +71,9 @@ type Client struct {
 	nextID  uint32
 	pending map[uint32]chan wire.Frame
 	err     error // why the connection finished
+	// waiting is len(pending), readable without mu (the writer's hint
+	// that other requests are in flight).
+	waiting atomic.Int32
 }
 
 // Dial connects to addr, performs the handshake and returns a client.
@@ -203,9 +207,10 @@ func (c *Client) writeLoop() {
 				c.finish(err)
 				return
 			}
-			if len(c.out) == 0 {
-				// Let callers about to send join this write: one
-				// syscall for many pipelined requests.
+			if len(c.out) == 0 && c.waiting.Load() > 1 {
+				// Other requests are in flight, so callers pipeline:
+				// let those about to send join this write (one
+				// syscall for many). A lone request is sent at once.
 				runtime.Gosched()
 			}
 			if len(c.out) == 0 {
@@ -241,6 +246,7 @@ func (c *Client) readLoop(br *bufio.Reader, limit uint32) {
 		c.mu.Lock()
 		ch, ok := c.pending[f.ReqID]
 		delete(c.pending, f.ReqID)
+		c.waiting.Store(int32(len(c.pending)))
 		c.mu.Unlock()
 		if ok {
 			ch <- f // buffered: never blocks
@@ -293,6 +299,7 @@ func (c *Client) send(ctx context.Context, build func(id uint32) ([]byte, error)
 	}
 	id := c.nextID
 	c.pending[id] = ch
+	c.waiting.Store(int32(len(c.pending)))
 	c.mu.Unlock()
 	frame, err := build(id)
 	if err != nil {
@@ -326,6 +333,7 @@ func (w *waiter) wait(ctx context.Context) (wire.Frame, bool, error) {
 func (c *Client) forget(id uint32) {
 	c.mu.Lock()
 	delete(c.pending, id)
+	c.waiting.Store(int32(len(c.pending)))
 	c.mu.Unlock()
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,6 +42,12 @@ type conn struct {
 	budget *budget
 	out    chan outFrame
 	reqWG  sync.WaitGroup // requests read and not yet answered
+	// unanswered counts the client requests read and not yet answered;
+	// the writer yields before a flush only while it is above zero (more
+	// answers are coming that could share the write). replicating: the
+	// connection carries replication, whose answers always may.
+	unanswered  atomic.Int64
+	replicating atomic.Bool
 
 	// waitCtx ends when the reader stops (peer gone, violation, drain).
 	waitCtx    context.Context
@@ -271,9 +278,10 @@ func (c *conn) writeLoop() {
 		if !broken {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
 			_, err := bw.Write(of.b)
-			if err == nil && len(c.out) == 0 {
+			if err == nil && len(c.out) == 0 && (c.unanswered.Load() > 0 || c.replicating.Load()) {
 				// Let handlers about to answer join this write: one
-				// syscall for many pipelined answers.
+				// syscall for many pipelined answers. A lone answer
+				// (a synchronous client) goes out at once.
 				runtime.Gosched()
 			}
 			if err == nil && len(c.out) == 0 {

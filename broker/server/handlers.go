@@ -29,6 +29,7 @@ func (c *conn) dispatch(f wire.Frame) bool {
 		var err error
 		if readReq, err = wire.DecodeRead(f.Body); err != nil {
 			c.reqWG.Add(1)
+			c.unanswered.Add(1)
 			c.fail(f.ReqID, "read", start, 0, err)
 			return true
 		}
@@ -42,6 +43,7 @@ func (c *conn) dispatch(f wire.Frame) bool {
 		return false
 	}
 	c.reqWG.Add(1)
+	c.unanswered.Add(1)
 	switch f.Type {
 	case wire.MsgAppend:
 		req, err := wire.DecodeAppend(f.Body)
@@ -147,6 +149,7 @@ func (c *conn) fail(reqID uint32, op string, start time.Time, held int64, err er
 		body, _ = wire.EncodeError(&wire.Error{Code: wire.CodeUnavailable, Message: "cannot encode error"}, c.feats)
 	}
 	c.s.opts.Metrics.request(op, e.Code.String(), time.Since(start))
+	c.unanswered.Add(-1)
 	c.answer(wire.MsgError, reqID, body, held)
 	c.reqWG.Done()
 }
@@ -154,6 +157,7 @@ func (c *conn) fail(reqID uint32, op string, start time.Time, held int64, err er
 // ok answers reqID with a success message.
 func (c *conn) ok(t wire.MsgType, reqID uint32, op string, start time.Time, held int64, body []byte) {
 	c.s.opts.Metrics.request(op, "ok", time.Since(start))
+	c.unanswered.Add(-1)
 	c.answer(t, reqID, body, held)
 	c.reqWG.Done()
 }

@@ -71,6 +71,7 @@ func (c *conn) serveReplication(f wire.Frame) bool {
 	if c.repl == nil {
 		p := &peerConn{c: c, done: make(chan struct{})}
 		c.repl = p
+		c.replicating.Store(true)
 		c.reqWG.Add(1)
 		go func() {
 			<-c.waitCtx.Done()

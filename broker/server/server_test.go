@@ -305,3 +305,48 @@ func TestClientDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The count of unanswered requests that decides whether the writer waits
+// for more answers before a flush returns to zero once every request on
+// the connection is answered, successes and errors alike (a count left
+// above zero would make every later answer wait; below, none).
+func TestUnansweredCountReturnsToZero(t *testing.T) {
+	b := startBroker(t, Options{})
+	c := dial(t, b.addr, client.Options{})
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				if _, err := c.Append(ctx, shardA, recs(fmt.Sprintf("w%d-%d", w, i)), nil); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(ctx, wire.ReadRequest{Shard: shardA, From: wire.FromEarliest, MaxRecords: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Append(ctx, shardA, recs("late"), u64(0)); err == nil {
+		t.Fatal("a conditional append at a stale tail succeeded")
+	}
+	b.srv.mu.Lock()
+	defer b.srv.mu.Unlock()
+	if len(b.srv.conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(b.srv.conns))
+	}
+	for conn := range b.srv.conns {
+		if n := conn.unanswered.Load(); n != 0 {
+			t.Fatalf("%d requests counted unanswered after every answer arrived", n)
+		}
+	}
+}

@@ -315,8 +315,9 @@ func (c *cluster) brokersCPU(t testing.TB) time.Duration {
 }
 
 // profileBrokers starts taking a CPU profile of every broker (started
-// with --pprof) over half of run, after a second of warm-up, into
-// dir/BROKER-tag.cpu.pprof; the returned function waits for them and then
+// with --pprof) over half of run, and an execution trace of its first two
+// seconds, after a second of warm-up, into dir/BROKER-tag.cpu.pprof and
+// dir/BROKER-tag.trace; the returned function waits for them and then
 // saves each broker's metrics into dir/BROKER-tag.metrics.txt.
 func (c *cluster) profileBrokers(t testing.TB, dir, tag, run string) func() {
 	t.Helper()
@@ -329,15 +330,20 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, run string) func() {
 	defer c.mu.Unlock()
 	var wg sync.WaitGroup
 	for name, b := range c.brokers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Second) // past the client's warm-up
-			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.http, secs)
-			if err := fetchTo(url, filepath.Join(dir, name+"-"+tag+".cpu.pprof")); err != nil {
-				t.Errorf("profile %s: %v", name, err)
-			}
-		}()
+		for _, p := range []struct{ path, file string }{
+			{fmt.Sprintf("profile?seconds=%d", secs), "cpu.pprof"},
+			{"trace?seconds=2", "trace"},
+		} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Second) // past the client's warm-up
+				url := fmt.Sprintf("http://%s/debug/pprof/%s", b.http, p.path)
+				if err := fetchTo(url, filepath.Join(dir, name+"-"+tag+"."+p.file)); err != nil {
+					t.Errorf("%s of %s: %v", p.file, name, err)
+				}
+			}()
+		}
 	}
 	return func() {
 		wg.Wait()
