@@ -71,9 +71,15 @@ var buildOnce struct {
 	err  error
 }
 
-// felixBinary builds ./cmd/felix once per test binary.
+// felixBinary builds ./cmd/felix once per test binary, from the source
+// tree the test runs in; FELIX_E2E_BIN names a binary to use instead (to
+// compare builds in one harness: a build of another commit runs only
+// through it).
 func felixBinary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("FELIX_E2E_BIN"); bin != "" {
+		return bin
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "felix-e2e-bin-")
 		if err != nil {
