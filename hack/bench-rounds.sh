@@ -10,7 +10,8 @@
 #   hack/bench-rounds.sh                     # 4 rounds of 8 s runs
 #   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
 #
-# Needs bin/felix and the envtest binaries (make build envtest-bins).
+# Needs the envtest binaries (make envtest-bins). The harness builds
+# cmd/felix from this tree; FELIX_E2E_BIN=path runs another build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${ROUNDS:-4}"

@@ -76,6 +76,10 @@ type Client struct {
 	waiting atomic.Int32
 }
 
+// countPending publishes len(pending) in waiting; the caller holds mu
+// and calls it after every change to pending.
+func (c *Client) countPending() { c.waiting.Store(int32(len(c.pending))) }
+
 // Dial connects to addr, performs the handshake and returns a client.
 // ctx bounds the dial and the handshake.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
@@ -246,7 +250,7 @@ func (c *Client) readLoop(br *bufio.Reader, limit uint32) {
 		c.mu.Lock()
 		ch, ok := c.pending[f.ReqID]
 		delete(c.pending, f.ReqID)
-		c.waiting.Store(int32(len(c.pending)))
+		c.countPending()
 		c.mu.Unlock()
 		if ok {
 			ch <- f // buffered: never blocks
@@ -299,7 +303,7 @@ func (c *Client) send(ctx context.Context, build func(id uint32) ([]byte, error)
 	}
 	id := c.nextID
 	c.pending[id] = ch
-	c.waiting.Store(int32(len(c.pending)))
+	c.countPending()
 	c.mu.Unlock()
 	frame, err := build(id)
 	if err != nil {
@@ -333,7 +337,7 @@ func (w *waiter) wait(ctx context.Context) (wire.Frame, bool, error) {
 func (c *Client) forget(id uint32) {
 	c.mu.Lock()
 	delete(c.pending, id)
-	c.waiting.Store(int32(len(c.pending)))
+	c.countPending()
 	c.mu.Unlock()
 }
 

@@ -24,8 +24,9 @@ import (
 //
 // With FELIX_CLUSTER_BENCH_PROFILES set to a directory, each broker serves
 // its Go profiles; during the first run a CPU profile of each is taken
-// over half of the run (DIR/BROKER-SHAPE-FSYNC.cpu.pprof) and after it each
-// broker's /metrics is saved (DIR/BROKER-SHAPE-FSYNC.metrics.txt).
+// over half of the run (DIR/BROKER-SHAPE-FSYNC.cpu.pprof) with an
+// execution trace of two seconds (.trace), and after it each broker's
+// /metrics is saved (DIR/BROKER-SHAPE-FSYNC.metrics.txt).
 func BenchmarkClusterQuorumAppend(b *testing.B) {
 	duration := "10s"
 	if d := os.Getenv("FELIX_CLUSTER_BENCH_DURATION"); d != "" {
