@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -32,10 +31,23 @@ import (
 // before every truncation or segment deletion, so a replay never brings
 // back what those removed.
 //
-// Frame: u32 body length, u32 crc32c of body, body = uvarint entry count,
-// then per entry: op byte (0 set, 1 delete), uvarint key length, key,
-// uvarint value length, value. A torn or corrupt frame ends the replay: it
-// was never acknowledged (its sync did not complete).
+// Frame: u32 body length, u32 checksum, body = uvarint entry count, then
+// per entry: op byte (0 set, 1 delete), uvarint key length, key, uvarint
+// value length, value. The checksum is the CRC-32C of the file's sequence
+// number (8 bytes, little-endian) followed by the body, so a frame checks
+// only in the file it was written for. A torn or corrupt frame, or one
+// left from a file's earlier use, ends the replay: it was never
+// acknowledged in this file (its sync did not complete). Files named
+// <seq>.log were written before checksums named their file (the CRC-32C
+// of the body alone); they are replayed that way and never written.
+//
+// Recycled files. A rotation keeps the old file when it is full size (a
+// file written ahead, or one that grew to commitLogMaxBytes) and renames
+// it to commitLogRecycled: its blocks are written and its frames are
+// already in badger, so it serves as the next spare without writing 64 MiB
+// of zeros again (PostgreSQL recycles its WAL segments for the same
+// reason). The frames it still holds carry an older sequence number, so
+// they end a replay as zeros do. Open removes both spare names unread.
 //
 // Files written ahead. An fdatasync of a file that grows must also write
 // its new size; one whose blocks are already written syncs 1.5 to 1.8
@@ -52,6 +64,7 @@ const (
 	commitLogDir      = "commitlog"
 	commitLogMaxBytes = 64 << 20
 	commitLogSpare    = "spare.prep"
+	commitLogRecycled = "recycled.prep"
 	spareAfterBytes   = 4 << 20 // frames in a file before the next spare is prepared
 	opSet             = 0
 	opDelete          = 1
@@ -87,10 +100,42 @@ type commitLog struct {
 	prep      sync.WaitGroup
 }
 
-func commitLogName(seq uint64) string { return fmt.Sprintf("%016x.log", seq) }
+// commitLogName names file seq; legacyCommitLogName names one written
+// before checksums named their file.
+func commitLogName(seq uint64) string       { return fmt.Sprintf("%016x.clog", seq) }
+func legacyCommitLogName(seq uint64) string { return fmt.Sprintf("%016x.log", seq) }
 
-// listCommitLogs returns the sequence numbers of the files in dir, sorted.
-func listCommitLogs(dir string) ([]uint64, error) {
+// clFile is a commit log file found on open.
+type clFile struct {
+	seq    uint64
+	legacy bool // named <seq>.log: checksums of the body alone
+}
+
+func (f clFile) name() string {
+	if f.legacy {
+		return legacyCommitLogName(f.seq)
+	}
+	return commitLogName(f.seq)
+}
+
+// seed is the checksum state frames of f start from.
+func (f clFile) seed() uint32 {
+	if f.legacy {
+		return 0
+	}
+	return frameSeed(f.seq)
+}
+
+// frameSeed is the CRC-32C of seq (8 bytes, little-endian): frames of file
+// seq are checksummed from it.
+func frameSeed(seq uint64) uint32 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seq)
+	return crc32.Update(0, castagnoli, b[:])
+}
+
+// listCommitLogs returns the commit log files in dir in replay order.
+func listCommitLogs(dir string) ([]clFile, error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -98,58 +143,69 @@ func listCommitLogs(dir string) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	var seqs []uint64
+	var files []clFile
 	for _, e := range entries {
-		var seq uint64
-		if n, err := fmt.Sscanf(e.Name(), "%016x.log", &seq); err == nil && n == 1 && strings.HasSuffix(e.Name(), ".log") {
-			seqs = append(seqs, seq)
+		for _, legacy := range []bool{false, true} {
+			f := clFile{legacy: legacy}
+			if n, err := fmt.Sscanf(e.Name(), "%016x.", &f.seq); err == nil && n == 1 && e.Name() == f.name() {
+				files = append(files, f)
+			}
 		}
 	}
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	return seqs, nil
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].seq != files[j].seq {
+			return files[i].seq < files[j].seq
+		}
+		return files[i].legacy && !files[j].legacy
+	})
+	return files, nil
 }
 
 // replayCommitLogs applies every intact frame of the files in dir to db,
-// syncs db and removes the files (and a spare left by a crash). It returns
-// the next sequence number.
+// syncs db and removes the files (and spares left by a crash, unread). It
+// returns the next sequence number.
 func replayCommitLogs(db *badger.DB, dir string) (next uint64, frames int, err error) {
-	if err := os.Remove(filepath.Join(dir, commitLogSpare)); err != nil && !os.IsNotExist(err) {
-		return 0, 0, fmt.Errorf("logstore: remove the commit log spare: %w", err)
+	for _, spare := range []string{commitLogSpare, commitLogRecycled} {
+		if err := os.Remove(filepath.Join(dir, spare)); err != nil && !os.IsNotExist(err) {
+			return 0, 0, fmt.Errorf("logstore: remove the commit log spare: %w", err)
+		}
 	}
-	seqs, err := listCommitLogs(dir)
+	files, err := listCommitLogs(dir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("logstore: list commit logs: %w", err)
 	}
-	for _, seq := range seqs {
-		n, err := replayCommitLog(db, filepath.Join(dir, commitLogName(seq)))
+	for _, f := range files {
+		n, err := replayCommitLog(db, filepath.Join(dir, f.name()), f.seed())
 		frames += n
 		if err != nil {
 			return 0, frames, err
 		}
-		next = seq + 1
+		next = f.seq + 1
 	}
-	if len(seqs) == 0 {
+	if len(files) == 0 {
 		return 0, 0, nil
 	}
 	if err := db.Sync(); err != nil {
 		return 0, frames, fmt.Errorf("logstore: sync after replay: %w", err)
 	}
-	for _, seq := range seqs {
-		if err := os.Remove(filepath.Join(dir, commitLogName(seq))); err != nil {
+	for _, f := range files {
+		if err := os.Remove(filepath.Join(dir, f.name())); err != nil {
 			return 0, frames, fmt.Errorf("logstore: remove replayed commit log: %w", err)
 		}
 	}
 	return next, frames, syncDir(dir)
 }
 
-func replayCommitLog(db *badger.DB, path string) (int, error) {
+// replayCommitLog applies the frames of the file at path, checksummed from
+// seed, up to the first one that does not check.
+func replayCommitLog(db *badger.DB, path string, seed uint32) (int, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("logstore: read commit log: %w", err)
 	}
 	n := 0
 	for len(b) >= 8 {
-		body, rest, ok := nextFrame(b)
+		body, rest, ok := nextFrame(b, seed)
 		if !ok {
 			break // torn or corrupt tail: never acknowledged
 		}
@@ -166,7 +222,9 @@ func replayCommitLog(db *badger.DB, path string) (int, error) {
 	return n, nil
 }
 
-func nextFrame(b []byte) (body, rest []byte, ok bool) {
+// nextFrame splits the first frame off b if it is whole and its checksum,
+// started from seed, holds.
+func nextFrame(b []byte, seed uint32) (body, rest []byte, ok bool) {
 	if len(b) < 8 {
 		return nil, nil, false
 	}
@@ -175,7 +233,7 @@ func nextFrame(b []byte) (body, rest []byte, ok bool) {
 		return nil, nil, false
 	}
 	body = b[8 : 8+n]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+	if crc32.Update(seed, castagnoli, body) != binary.LittleEndian.Uint32(b[4:]) {
 		return nil, nil, false
 	}
 	return body, b[8+n:], true
@@ -186,7 +244,9 @@ type frameEntry struct {
 	k, v []byte
 }
 
-func appendFrame(dst []byte, kvs []frameEntry) []byte {
+// appendFrame appends kvs as one frame checksummed from seed (frameSeed of
+// the file it is written to).
+func appendFrame(dst []byte, seed uint32, kvs []frameEntry) []byte {
 	need := 8 + binary.MaxVarintLen64
 	for _, e := range kvs {
 		need += 1 + 2*binary.MaxVarintLen64 + len(e.k) + len(e.v)
@@ -204,7 +264,7 @@ func appendFrame(dst []byte, kvs []frameEntry) []byte {
 	}
 	body := dst[start+8:]
 	binary.LittleEndian.PutUint32(dst[start:], uint32(len(body)))
-	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(body, castagnoli))
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Update(seed, castagnoli, body))
 	return dst
 }
 
@@ -326,7 +386,8 @@ func (c *commitLog) prepareSpare() {
 		case err != nil:
 			// A rotation without a spare starts a growing file: slower
 			// syncs, nothing lost. The next rotation tries again.
-		case c.closed:
+		case c.closed || c.spare != nil:
+			// Closed, or a rotation recycled a file meanwhile.
 			_ = f.Close()
 			_ = os.Remove(f.Name())
 		default:
@@ -437,11 +498,12 @@ func (c *commitLog) sync() error {
 	return nil
 }
 
-// rotate starts a new file and removes the old one. The caller has synced
-// badger, so nothing in the old file is needed. The removal is made
+// rotate starts a new file and retires the old one: recycled as the next
+// spare when it is full size, removed otherwise. The caller has synced
+// badger, so nothing in the old file is needed. The retirement is made
 // durable (the directory is synced) before rotate returns: callers go on
 // to delete data that no commit-log frame records, and an old file that
-// came back after a crash would be replayed over it.
+// came back under its name after a crash would be replayed over it.
 func (c *commitLog) rotate() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -451,13 +513,45 @@ func (c *commitLog) rotate() error {
 		c.seq.Store(oldSeq)
 		return err
 	}
+	oldPath := filepath.Join(c.dir, commitLogName(oldSeq))
+	info, statErr := old.Stat()
 	errs := []error{old.Close()}
-	if err := os.Remove(filepath.Join(c.dir, commitLogName(oldSeq))); err != nil {
-		errs = append(errs, err)
-	} else if err := syncDir(c.dir); err != nil {
-		errs = append(errs, err)
+	recycle := statErr == nil && info.Size() >= commitLogMaxBytes && errs[0] == nil
+	var err error
+	if recycle {
+		err = os.Rename(oldPath, filepath.Join(c.dir, commitLogRecycled))
+	} else {
+		err = os.Remove(oldPath)
+	}
+	if err == nil {
+		err = syncDir(c.dir)
+	}
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if recycle {
+		c.keepRecycled()
 	}
 	return errors.Join(errs...)
+}
+
+// keepRecycled makes the file just renamed to commitLogRecycled the spare.
+// Failing to open it costs only speed: it is removed, and the next spare
+// is written with zeros.
+func (c *commitLog) keepRecycled() {
+	path := filepath.Join(c.dir, commitLogRecycled)
+	c.spareMu.Lock()
+	defer c.spareMu.Unlock()
+	if c.spare != nil || c.closed {
+		_ = os.Remove(path)
+		return
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		_ = os.Remove(path)
+		return
+	}
+	c.spare = f
 }
 
 // close removes the current file and the spare; the caller has synced

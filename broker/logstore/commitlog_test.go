@@ -23,12 +23,13 @@ import (
 // and opening replays it. Simulated here by replaying one store's commit
 // log into a store whose badger never saw the writes.
 func TestOnCommitCommitLogReplaysAcknowledgedAppends(t *testing.T) {
-	for _, torn := range []bool{false, true} {
-		name := "whole"
-		if torn {
-			name = "torn last frame"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		torn   bool
+		legacy bool // the file as a version before checksums named their file wrote it
+	}{{name: "whole"}, {name: "torn last frame", torn: true}, {name: "legacy file", legacy: true}} {
+		torn := tc.torn
+		t.Run(tc.name, func(t *testing.T) {
 			lost := openTest(t, Options{Fsync: FsyncOnCommit})
 			mustLog(t, lost, testLog)
 			lostDir := lost.opts.Dir
@@ -45,14 +46,20 @@ func TestOnCommitCommitLogReplaysAcknowledgedAppends(t *testing.T) {
 			if err != nil || len(seqs) != 1 {
 				t.Fatalf("commit logs %v %v", seqs, err)
 			}
-			b, err := os.ReadFile(filepath.Join(s.opts.Dir, commitLogDir, commitLogName(seqs[0])))
+			b, err := os.ReadFile(filepath.Join(s.opts.Dir, commitLogDir, seqs[0].name()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if torn {
 				b = b[:len(b)-3]
 			}
-			if err := os.WriteFile(filepath.Join(lostDir, commitLogDir, commitLogName(7)), b, 0o644); err != nil {
+			// Under the same name: frames check only in the file they were
+			// written for.
+			name := seqs[0].name()
+			if tc.legacy {
+				b, name = reseedFrames(t, b, seqs[0].seed(), 0), legacyCommitLogName(seqs[0].seq)
+			}
+			if err := os.WriteFile(filepath.Join(lostDir, commitLogDir, name), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			want := []string{"a", "b", "c", "", "d"}
@@ -71,6 +78,59 @@ func TestOnCommitCommitLogReplaysAcknowledgedAppends(t *testing.T) {
 				t.Fatalf("replayed commit logs left behind: %v", seqs)
 			}
 		})
+	}
+}
+
+// reseedFrames re-encodes the frames of b, checksummed from one seed, with
+// another.
+func reseedFrames(t *testing.T, b []byte, from, to uint32) []byte {
+	t.Helper()
+	var out []byte
+	for {
+		body, rest, ok := nextFrame(b, from)
+		if !ok {
+			return out
+		}
+		kvs, err := decodeFrame(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, b = appendFrame(out, to, kvs), rest
+	}
+}
+
+// A recycled file still holds the frames of its earlier use after the new
+// ones. They were written for another file, so their checksums fail and
+// the replay ends at the new frames' end, even when an old frame starts
+// exactly there.
+func TestCommitLogFramesCheckOnlyInTheirFile(t *testing.T) {
+	frame := func(seq uint64, key string) []byte {
+		return appendFrame(nil, frameSeed(seq), []frameEntry{{op: opSet, k: []byte(key), v: []byte("value")}})
+	}
+	// File 3 reuses file 1: its first frame is new, the two after it (same
+	// sizes, so they start right where the new one ends) are file 1's.
+	b := append(frame(3, "new"), frame(1, "old2")...)
+	b = append(b, frame(1, "old3")...)
+	path := filepath.Join(t.TempDir(), commitLogName(3))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	n, err := replayCommitLog(db, path, clFile{seq: 3}.seed())
+	if err != nil || n != 1 {
+		t.Fatalf("replayed %d frames (%v), want only the new one", n, err)
+	}
+	if ok, err := hasKey(db, []byte("new")); err != nil || !ok {
+		t.Fatalf("the new frame was not applied: %t %v", ok, err)
+	}
+	for _, k := range []string{"old2", "old3"} {
+		if ok, err := hasKey(db, []byte(k)); err != nil || ok {
+			t.Fatalf("frame %q of the file's earlier use was replayed (%v)", k, err)
+		}
 	}
 }
 
@@ -387,7 +447,8 @@ func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 			mustAppend(t, l, data("a", "b"), nil)
 			mustAppend(t, l, data("c"), nil)
 			s.cl.mu.RLock()
-			path, size, direct := filepath.Join(s.cl.dir, commitLogName(s.cl.seq.Load())), s.cl.size.Load(), s.cl.direct != nil
+			seq := s.cl.seq.Load()
+			path, size, direct := filepath.Join(s.cl.dir, commitLogName(seq)), s.cl.size.Load(), s.cl.direct != nil
 			s.cl.mu.RUnlock()
 			if !direct && directSupported(s.cl.dir) {
 				t.Fatal("the file written ahead does not take direct writes")
@@ -407,19 +468,23 @@ func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 				want = want[:2]
 			}
 			clDir := filepath.Join(lostDir, commitLogDir)
-			if err := os.WriteFile(filepath.Join(clDir, commitLogName(7)), b, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(clDir, commitLogName(seq)), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(clDir, commitLogSpare), make([]byte, 4096), 0o644); err != nil {
-				t.Fatal(err)
+			for _, spare := range []string{commitLogSpare, commitLogRecycled} {
+				if err := os.WriteFile(filepath.Join(clDir, spare), make([]byte, 4096), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			got := openTest(t, Options{Dir: lostDir, Fsync: FsyncPeriodic})
 			gl := mustLog(t, got, testLog)
 			if diff := cmp.Diff(want, payloads(readAll(t, gl, 0, true))); diff != "" {
 				t.Fatalf("replayed log differs:\n%s", diff)
 			}
-			if _, err := os.Stat(filepath.Join(clDir, commitLogSpare)); !os.IsNotExist(err) {
-				t.Fatalf("the spare left by the crash is still there: %v", err)
+			for _, spare := range []string{commitLogSpare, commitLogRecycled} {
+				if _, err := os.Stat(filepath.Join(clDir, spare)); !os.IsNotExist(err) {
+					t.Fatalf("the spare %s left by the crash is still there: %v", spare, err)
+				}
 			}
 		})
 	}
@@ -459,4 +524,110 @@ func TestCommitLogMovesToTheSpareOnceReady(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A rotation keeps a full-size file as the next spare instead of writing a
+// new one with zeros: the file after next is the same file (same inode),
+// written ahead, and a replay of it brings back only its own frames.
+func TestCommitLogRecyclesFullFiles(t *testing.T) {
+	lost := openTest(t, Options{Fsync: FsyncOnCommit})
+	mustLog(t, lost, testLog)
+	lostDir := lost.opts.Dir
+	if err := lost.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := openTest(t, Options{Fsync: FsyncOnCommit})
+	l := mustLog(t, s, testLog)
+	other := mustLog(t, s, record.LogID{ShardID: record.ShardID{Stream: "filler"}, Log: record.LogData})
+	fillToSpare(t, s, other)
+	checkpoint := func() {
+		t.Helper()
+		s.wmu.Lock()
+		err := s.checkpointLocked()
+		s.wmu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint() // onto the spare written with zeros
+	s.cl.mu.RLock()
+	fullSeq, ahead := s.cl.seq.Load(), s.cl.ahead.Load()
+	s.cl.mu.RUnlock()
+	if !ahead {
+		t.Fatal("the checkpoint did not move to the spare written ahead")
+	}
+	fullIno := inode(t, filepath.Join(s.cl.dir, commitLogName(fullSeq)))
+	mustAppend(t, other, data("before"), nil)
+	checkpoint() // retires the full file: recycled
+	s.cl.spareMu.Lock()
+	spare := ""
+	if s.cl.spare != nil {
+		spare = s.cl.spare.Name()
+	}
+	s.cl.spareMu.Unlock()
+	if want := filepath.Join(s.cl.dir, commitLogRecycled); spare != want {
+		t.Fatalf("spare after retiring a full file is %q, want %q", spare, want)
+	}
+	checkpoint() // onto the recycled file
+	s.cl.mu.RLock()
+	seq, ahead, direct := s.cl.seq.Load(), s.cl.ahead.Load(), s.cl.direct != nil
+	s.cl.mu.RUnlock()
+	path := filepath.Join(s.cl.dir, commitLogName(seq))
+	if got := inode(t, path); !ahead || got != fullIno {
+		t.Fatalf("file %d: inode %d written ahead %t, want the recycled inode %d", seq, got, ahead, fullIno)
+	}
+	if !direct && directSupported(s.cl.dir) {
+		t.Fatal("the recycled file does not take direct writes")
+	}
+	mustAppend(t, l, data("a", "b"), nil)
+	mustAppend(t, l, data("c"), nil)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lostDir, commitLogDir, commitLogName(seq)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := openTest(t, Options{Dir: lostDir, Fsync: FsyncPeriodic})
+	gl := mustLog(t, got, testLog)
+	if diff := cmp.Diff([]string{"a", "b", "c"}, payloads(readAll(t, gl, 0, true))); diff != "" {
+		t.Fatalf("replayed log differs:\n%s", diff)
+	}
+}
+
+// fillToSpare appends to l until its store's commit log has a spare
+// written ahead ready.
+func fillToSpare(t *testing.T, s *Store, l *Log) {
+	t.Helper()
+	big := strings.Repeat("x", 4096)
+	batch := make([]string, 64)
+	for i := range batch {
+		batch[i] = big
+	}
+	for written := 0; written <= spareAfterBytes; written += 64 * len(big) {
+		mustAppend(t, l, data(batch...), nil)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.cl.spareMu.Lock()
+		ready := s.cl.spare != nil
+		s.cl.spareMu.Unlock()
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no spare commit log written ahead")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

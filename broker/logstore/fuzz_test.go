@@ -96,33 +96,49 @@ func FuzzParseKeys(f *testing.F) {
 }
 
 func FuzzCommitLogFrames(f *testing.F) {
-	f.Add(appendFrame(nil, []frameEntry{{op: opSet, k: dataKey(1, 0, 0), v: encodeBatch(0, data("a"))}}))
-	f.Add(appendFrame(appendFrame(nil, []frameEntry{{op: opDelete, k: []byte("k")}}), []frameEntry{{op: opSet, k: []byte("x"), v: []byte("y")}}))
+	// Frames of a file numbered 0 checksummed from frameSeed(0); the
+	// corpus in testdata holds frames of legacy files (seed 0).
+	seed := frameSeed(0)
+	f.Add(appendFrame(nil, seed, []frameEntry{{op: opSet, k: dataKey(1, 0, 0), v: encodeBatch(0, data("a"))}}))
+	f.Add(appendFrame(appendFrame(nil, seed, []frameEntry{{op: opDelete, k: []byte("k")}}), seed, []frameEntry{{op: opSet, k: []byte("x"), v: []byte("y")}}))
 	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for len(b) >= 8 {
-			body, rest, ok := nextFrame(b)
-			if !ok {
-				return
-			}
-			kvs, err := decodeFrame(body)
-			if err != nil {
-				return
-			}
-			again, _, ok := nextFrame(appendFrame(nil, kvs))
-			if !ok {
-				t.Fatal("re-encoded frame does not parse")
-			}
-			kvs2, err := decodeFrame(again)
-			if err != nil || len(kvs2) != len(kvs) {
-				t.Fatalf("round trip: %v", err)
-			}
-			for i := range kvs {
-				if kvs[i].op != kvs2[i].op || string(kvs[i].k) != string(kvs2[i].k) || string(kvs[i].v) != string(kvs2[i].v) {
-					t.Fatalf("entry %d differs", i)
-				}
-			}
-			b = rest
+		// Both seeds: legacy files (0) and files numbered 0.
+		for _, seed := range []uint32{0, frameSeed(0)} {
+			checkFrames(t, b, seed)
 		}
 	})
+}
+
+// checkFrames parses the frames of b checksummed from seed and checks that
+// each re-encodes to the same entries, and checks only under its own seed.
+func checkFrames(t *testing.T, b []byte, seed uint32) {
+	for len(b) >= 8 {
+		body, rest, ok := nextFrame(b, seed)
+		if !ok {
+			return
+		}
+		kvs, err := decodeFrame(body)
+		if err != nil {
+			return
+		}
+		frame := appendFrame(nil, seed, kvs)
+		again, _, ok := nextFrame(frame, seed)
+		if !ok {
+			t.Fatal("re-encoded frame does not parse")
+		}
+		if _, _, ok := nextFrame(frame, frameSeed(1)); ok {
+			t.Fatal("a frame checks in a file it was not written for")
+		}
+		kvs2, err := decodeFrame(again)
+		if err != nil || len(kvs2) != len(kvs) {
+			t.Fatalf("round trip: %v", err)
+		}
+		for i := range kvs {
+			if kvs[i].op != kvs2[i].op || string(kvs[i].k) != string(kvs2[i].k) || string(kvs[i].v) != string(kvs2[i].v) {
+				t.Fatalf("entry %d differs", i)
+			}
+		}
+		b = rest
+	}
 }

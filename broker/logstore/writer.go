@@ -435,9 +435,10 @@ func (s *Store) syncer() {
 			newest = max(newest, g.clSeq)
 			n += len(g.reqs)
 		}
+		seed := frameSeed(newest)
 		for _, g := range groups {
 			if g.clSeq == newest && len(g.frame) > 0 {
-				frames = appendFrame(frames, g.frame)
+				frames = appendFrame(frames, seed, g.frame)
 			}
 		}
 		err := s.syncCommitted(frames, newest)

@@ -18,7 +18,9 @@ import (
 // shard, 1 KiB records, one record per append; "sync16" is 16 connections
 // with one append in flight each, "pipelined" 16 with 8 each. Every b.N
 // iteration is one `felix bench` run of FELIX_CLUSTER_BENCH_DURATION
-// (default 10s) after its 1 s warm-up. Run it with
+// (default 10s) after FELIX_CLUSTER_BENCH_WARMUP (default 2s, the peer
+// harness's default warm-up, so both are measured from the same point of
+// a run). Run it with
 //
 //	go test -run XXX -bench ClusterQuorumAppend -benchtime 1x ./test/e2e
 //
@@ -31,6 +33,10 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 	duration := "10s"
 	if d := os.Getenv("FELIX_CLUSTER_BENCH_DURATION"); d != "" {
 		duration = d
+	}
+	warmup := "2s"
+	if w := os.Getenv("FELIX_CLUSTER_BENCH_WARMUP"); w != "" {
+		warmup = w
 	}
 	profiles := os.Getenv("FELIX_CLUSTER_BENCH_PROFILES")
 	var brokerArgs []string
@@ -54,11 +60,11 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 					cpuBefore := c.brokersCPU(b)
 					var profiled func()
 					if profiles != "" && i == 0 {
-						profiled = c.profileBrokers(b, profiles, shape.name+"-"+string(fsync), duration)
+						profiled = c.profileBrokers(b, profiles, shape.name+"-"+string(fsync), warmup, duration)
 					}
 					out, err := exec.Command(c.bin, "bench", "--broker", c.addressOf(leader), "--stream", "bench",
 						"--shards", "1", "--connections", "16", "--pipeline", fmt.Sprint(shape.pipeline),
-						"--batch", "1", "--record-size", "1024", "--duration", duration).Output()
+						"--batch", "1", "--record-size", "1024", "--warmup", warmup, "--duration", duration).Output()
 					if err != nil {
 						b.Fatalf("felix bench: %v\n%s", err, out)
 					}

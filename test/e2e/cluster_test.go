@@ -322,14 +322,18 @@ func (c *cluster) brokersCPU(t testing.TB) time.Duration {
 
 // profileBrokers starts taking a CPU profile of every broker (started
 // with --pprof) over half of run, and an execution trace of its first two
-// seconds, after a second of warm-up, into dir/BROKER-tag.cpu.pprof and
+// seconds, after the client's warm-up, into dir/BROKER-tag.cpu.pprof and
 // dir/BROKER-tag.trace; the returned function waits for them and then
 // saves each broker's metrics into dir/BROKER-tag.metrics.txt.
-func (c *cluster) profileBrokers(t testing.TB, dir, tag, run string) func() {
+func (c *cluster) profileBrokers(t testing.TB, dir, tag, warmup, run string) func() {
 	t.Helper()
 	d, err := time.ParseDuration(run)
 	if err != nil {
 		t.Fatalf("profile duration %q: %v", run, err)
+	}
+	w, err := time.ParseDuration(warmup)
+	if err != nil {
+		t.Fatalf("warm-up %q: %v", warmup, err)
 	}
 	secs := max(1, int(d.Seconds()/2))
 	c.mu.Lock()
@@ -343,7 +347,7 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, run string) func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				time.Sleep(time.Second) // past the client's warm-up
+				time.Sleep(w) // past the client's warm-up
 				url := fmt.Sprintf("http://%s/debug/pprof/%s", b.http, p.path)
 				if err := fetchTo(url, filepath.Join(dir, name+"-"+tag+"."+p.file)); err != nil {
 					t.Errorf("%s of %s: %v", p.file, name, err)
