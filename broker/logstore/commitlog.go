@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -145,11 +146,9 @@ func listCommitLogs(dir string) ([]clFile, error) {
 	}
 	var files []clFile
 	for _, e := range entries {
-		for _, legacy := range []bool{false, true} {
-			f := clFile{legacy: legacy}
-			if n, err := fmt.Sscanf(e.Name(), "%016x.", &f.seq); err == nil && n == 1 && e.Name() == f.name() {
-				files = append(files, f)
-			}
+		f := clFile{legacy: strings.HasSuffix(e.Name(), ".log")}
+		if n, err := fmt.Sscanf(e.Name(), "%016x.", &f.seq); err == nil && n == 1 && e.Name() == f.name() {
+			files = append(files, f)
 		}
 	}
 	sort.Slice(files, func(i, j int) bool {
@@ -514,10 +513,10 @@ func (c *commitLog) rotate() error {
 		return err
 	}
 	oldPath := filepath.Join(c.dir, commitLogName(oldSeq))
-	info, statErr := old.Stat()
-	errs := []error{old.Close()}
-	recycle := statErr == nil && info.Size() >= commitLogMaxBytes && errs[0] == nil
-	var err error
+	info, err := old.Stat()
+	recycle := err == nil && info.Size() >= commitLogMaxBytes
+	closeErr := old.Close()
+	recycle = recycle && closeErr == nil
 	if recycle {
 		err = os.Rename(oldPath, filepath.Join(c.dir, commitLogRecycled))
 	} else {
@@ -526,13 +525,10 @@ func (c *commitLog) rotate() error {
 	if err == nil {
 		err = syncDir(c.dir)
 	}
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	if recycle {
+	if err == nil && recycle {
 		c.keepRecycled()
 	}
-	return errors.Join(errs...)
+	return errors.Join(closeErr, err)
 }
 
 // keepRecycled makes the file just renamed to commitLogRecycled the spare.

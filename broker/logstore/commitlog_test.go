@@ -30,12 +30,7 @@ func TestOnCommitCommitLogReplaysAcknowledgedAppends(t *testing.T) {
 	}{{name: "whole"}, {name: "torn last frame", torn: true}, {name: "legacy file", legacy: true}} {
 		torn := tc.torn
 		t.Run(tc.name, func(t *testing.T) {
-			lost := openTest(t, Options{Fsync: FsyncOnCommit})
-			mustLog(t, lost, testLog)
-			lostDir := lost.opts.Dir
-			if err := lost.Close(); err != nil {
-				t.Fatal(err)
-			}
+			lostDir := lostWritesDir(t)
 
 			s := openTest(t, Options{Fsync: FsyncOnCommit, SegmentRecords: 2})
 			l := mustLog(t, s, testLog)
@@ -79,6 +74,20 @@ func TestOnCommitCommitLogReplaysAcknowledgedAppends(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lostWritesDir returns the data directory of a closed on-commit store
+// that holds testLog and nothing else: a replay of another store's commit
+// log into it stands for a machine crash that lost badger's unsynced
+// writes.
+func lostWritesDir(t *testing.T) string {
+	t.Helper()
+	lost := openTest(t, Options{Fsync: FsyncOnCommit})
+	mustLog(t, lost, testLog)
+	if err := lost.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return lost.opts.Dir
 }
 
 // reseedFrames re-encodes the frames of b, checksummed from one seed, with
@@ -406,44 +415,14 @@ func TestValueLogGCKeepsRecordsAndClearsItsMarker(t *testing.T) {
 func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 	for _, torn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("torn=%t", torn), func(t *testing.T) {
-			lost := openTest(t, Options{Fsync: FsyncOnCommit})
-			mustLog(t, lost, testLog)
-			lostDir := lost.opts.Dir
-			if err := lost.Close(); err != nil {
-				t.Fatal(err)
-			}
+			lostDir := lostWritesDir(t)
 
 			s := openTest(t, Options{Fsync: FsyncOnCommit})
 			l := mustLog(t, s, testLog)
 			// A spare is written once the file holds spareAfterBytes.
 			other := mustLog(t, s, record.LogID{ShardID: record.ShardID{Stream: "filler"}, Log: record.LogData})
-			big := strings.Repeat("x", 4096)
-			for written := 0; written <= spareAfterBytes; written += 64 * len(big) {
-				batch := make([]string, 64)
-				for i := range batch {
-					batch[i] = big
-				}
-				mustAppend(t, other, data(batch...), nil)
-			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				s.cl.spareMu.Lock()
-				ready := s.cl.spare != nil
-				s.cl.spareMu.Unlock()
-				if ready {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("no spare commit log written ahead")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			s.wmu.Lock()
-			err := s.checkpointLocked()
-			s.wmu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
+			fillToSpare(t, s, other)
+			checkpoint(t, s)
 			mustAppend(t, l, data("a", "b"), nil)
 			mustAppend(t, l, data("c"), nil)
 			s.cl.mu.RLock()
@@ -496,14 +475,7 @@ func TestCommitLogWrittenAheadReplaysToTheZeros(t *testing.T) {
 func TestCommitLogMovesToTheSpareOnceReady(t *testing.T) {
 	s := openTest(t, Options{Fsync: FsyncOnCommit})
 	l := mustLog(t, s, testLog)
-	big := strings.Repeat("x", 4096)
-	batch := make([]string, 64)
-	for i := range batch {
-		batch[i] = big
-	}
-	for written := 0; written <= spareAfterBytes; written += 64 * len(big) {
-		mustAppend(t, l, data(batch...), nil)
-	}
+	appendPastSpareThreshold(t, l)
 	s.cl.mu.RLock()
 	first := s.cl.seq.Load()
 	s.cl.mu.RUnlock()
@@ -530,27 +502,13 @@ func TestCommitLogMovesToTheSpareOnceReady(t *testing.T) {
 // new one with zeros: the file after next is the same file (same inode),
 // written ahead, and a replay of it brings back only its own frames.
 func TestCommitLogRecyclesFullFiles(t *testing.T) {
-	lost := openTest(t, Options{Fsync: FsyncOnCommit})
-	mustLog(t, lost, testLog)
-	lostDir := lost.opts.Dir
-	if err := lost.Close(); err != nil {
-		t.Fatal(err)
-	}
+	lostDir := lostWritesDir(t)
 
 	s := openTest(t, Options{Fsync: FsyncOnCommit})
 	l := mustLog(t, s, testLog)
 	other := mustLog(t, s, record.LogID{ShardID: record.ShardID{Stream: "filler"}, Log: record.LogData})
 	fillToSpare(t, s, other)
-	checkpoint := func() {
-		t.Helper()
-		s.wmu.Lock()
-		err := s.checkpointLocked()
-		s.wmu.Unlock()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	checkpoint() // onto the spare written with zeros
+	checkpoint(t, s) // onto the spare written with zeros
 	s.cl.mu.RLock()
 	fullSeq, ahead := s.cl.seq.Load(), s.cl.ahead.Load()
 	s.cl.mu.RUnlock()
@@ -559,7 +517,7 @@ func TestCommitLogRecyclesFullFiles(t *testing.T) {
 	}
 	fullIno := inode(t, filepath.Join(s.cl.dir, commitLogName(fullSeq)))
 	mustAppend(t, other, data("before"), nil)
-	checkpoint() // retires the full file: recycled
+	checkpoint(t, s) // retires the full file: recycled
 	s.cl.spareMu.Lock()
 	spare := ""
 	if s.cl.spare != nil {
@@ -569,7 +527,7 @@ func TestCommitLogRecyclesFullFiles(t *testing.T) {
 	if want := filepath.Join(s.cl.dir, commitLogRecycled); spare != want {
 		t.Fatalf("spare after retiring a full file is %q, want %q", spare, want)
 	}
-	checkpoint() // onto the recycled file
+	checkpoint(t, s) // onto the recycled file
 	s.cl.mu.RLock()
 	seq, ahead, direct := s.cl.seq.Load(), s.cl.ahead.Load(), s.cl.direct != nil
 	s.cl.mu.RUnlock()
@@ -596,9 +554,20 @@ func TestCommitLogRecyclesFullFiles(t *testing.T) {
 	}
 }
 
-// fillToSpare appends to l until its store's commit log has a spare
-// written ahead ready.
-func fillToSpare(t *testing.T, s *Store, l *Log) {
+// checkpoint runs a checkpoint of s as the writer does.
+func checkpoint(t *testing.T, s *Store) {
+	t.Helper()
+	s.wmu.Lock()
+	err := s.checkpointLocked()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendPastSpareThreshold appends to l until its store's commit-log file
+// holds more than spareAfterBytes (the next spare is then asked for).
+func appendPastSpareThreshold(t *testing.T, l *Log) {
 	t.Helper()
 	big := strings.Repeat("x", 4096)
 	batch := make([]string, 64)
@@ -608,6 +577,13 @@ func fillToSpare(t *testing.T, s *Store, l *Log) {
 	for written := 0; written <= spareAfterBytes; written += 64 * len(big) {
 		mustAppend(t, l, data(batch...), nil)
 	}
+}
+
+// fillToSpare appends to l until its store's commit log has a spare
+// written ahead ready.
+func fillToSpare(t *testing.T, s *Store, l *Log) {
+	t.Helper()
+	appendPastSpareThreshold(t, l)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s.cl.spareMu.Lock()
