@@ -38,7 +38,12 @@ type ReportOptions struct {
 // with server-side apply as FieldManager [RP-6]. It writes a report when
 // what placement reads changes (leader, incarnation, storage ids, epoch,
 // which followers are caught up) and otherwise only at the refresh
-// interval; positions ride along. Safe for concurrent use.
+// interval; positions ride along. A change of caught-up flags alone is
+// written once it has held for half a heartbeat interval: under load a
+// follower answers a little behind the committed position at one pass and
+// level with it at the next, and writing every such flip would cost up to
+// the write cap in every busy leader. Every change is still written within
+// a heartbeat of being Set, as Current promises. Safe for concurrent use.
 type ReportWriter struct {
 	c       *Client
 	opts    ReportOptions
@@ -56,6 +61,10 @@ type reportState struct {
 	written    *felixv1.ShardReport
 	writtenAt  time.Time
 	dirtySince time.Time // zero: what placement reads is written
+	// flipsOnly: every change since dirtySince differs from the written
+	// report in caught-up flags alone (written once it has held for the
+	// writer's hold).
+	flipsOnly bool
 }
 
 // NewReportWriter returns a writer; call Run.
@@ -86,11 +95,13 @@ func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
 		w.shards[shard] = st
 	}
 	st.want = *rep.DeepCopy()
-	if (st.written == nil || !samePlacement(*st.written, rep)) && st.dirtySince.IsZero() {
-		st.dirtySince = now
-	}
-	if st.written != nil && samePlacement(*st.written, rep) {
-		st.dirtySince = time.Time{}
+	switch flips := st.written != nil && sameBesidesCaughtUp(*st.written, rep); {
+	case st.written != nil && samePlacement(*st.written, rep):
+		st.dirtySince, st.flipsOnly = time.Time{}, false
+	case st.dirtySince.IsZero():
+		st.dirtySince, st.flipsOnly = now, flips
+	default:
+		st.flipsOnly = st.flipsOnly && flips
 	}
 	w.mu.Unlock()
 	select {
@@ -104,7 +115,7 @@ func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
 func (w *ReportWriter) Invalidate(shard string) {
 	w.mu.Lock()
 	if st, ok := w.shards[shard]; ok {
-		st.written = nil
+		st.written, st.flipsOnly = nil, false
 		if st.dirtySince.IsZero() {
 			st.dirtySince = w.c.cfg.Clock.Now()
 		}
@@ -173,8 +184,11 @@ func (w *ReportWriter) due() []string {
 		at   time.Time
 	}
 	var changed, refresh []item
+	hold := w.c.cfg.HeartbeatInterval / 2
 	for name, st := range w.shards {
 		switch {
+		case !st.dirtySince.IsZero() && st.flipsOnly && now.Sub(st.dirtySince) < hold:
+			// A caught-up flip that may yet flip back.
 		case !st.dirtySince.IsZero():
 			changed = append(changed, item{name, st.dirtySince})
 		case !now.Before(nextRefresh(name, st.writtenAt, w.opts.Refresh)):
@@ -240,8 +254,21 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 	}
 	st.written, st.writtenAt = &rep, now
 	if samePlacement(rep, st.want) {
-		st.dirtySince = time.Time{}
+		st.dirtySince, st.flipsOnly = time.Time{}, false
 	}
+}
+
+// sameBesidesCaughtUp reports whether a and b differ, in what placement
+// reads, at most in their followers' caught-up flags.
+func sameBesidesCaughtUp(a, b felixv1.ShardReport) bool {
+	a, b = *a.DeepCopy(), *b.DeepCopy()
+	for i := range a.Followers {
+		a.Followers[i].CaughtUp = false
+	}
+	for i := range b.Followers {
+		b.Followers[i].CaughtUp = false
+	}
+	return samePlacement(a, b)
 }
 
 // samePlacement compares what placement reads of two reports: leader,

@@ -101,10 +101,13 @@ func TestRP6_WriteOnChangeAndCurrent(t *testing.T) {
 		t.Fatal("not current with nothing pending")
 	}
 	w.Set("s-0", rep(60, felixv1.FollowerReport{Name: "c-1", StorageID: "bb", CaughtUp: false}))
-	if due := w.due(); len(due) != 1 {
-		t.Fatalf("caught-up change due = %v", due)
+	if due := w.due(); len(due) != 0 {
+		t.Fatalf("caught-up flip due at once = %v; want it held for half a heartbeat", due)
 	}
 	clk.Step(time.Second)
+	if due := w.due(); len(due) != 1 {
+		t.Fatalf("caught-up flip held for half a heartbeat: due = %v", due)
+	}
 	if !w.Current() {
 		t.Fatal("a change pending for less than a heartbeat counts as behind")
 	}
@@ -120,6 +123,61 @@ func TestRP6_WriteOnChangeAndCurrent(t *testing.T) {
 	w.Drop("s-0")
 	if due := w.due(); len(due) != 0 {
 		t.Fatalf("dropped shard due: %v", due)
+	}
+}
+
+// TestRP6_CaughtUpFlipsHeldHalfAHeartbeat: a follower that flips between
+// caught up and behind from one pass to the next (a busy shard) costs no
+// write; a flip that holds for half a heartbeat is due, inside the
+// heartbeat Current promises; a change of anything else is due at once,
+// and so is a flip that comes with one.
+func TestRP6_CaughtUpFlipsHeldHalfAHeartbeat(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	w := testClient(t, clk).NewReportWriter(ReportOptions{}) // heartbeat 2 s
+	up := felixv1.FollowerReport{Name: "c-1", StorageID: "bb", CaughtUp: true}
+	behind := felixv1.FollowerReport{Name: "c-1", StorageID: "bb"}
+	w.Set("s-0", rep(1, up))
+	w.mu.Lock()
+	written := w.shards["s-0"].want
+	w.shards["s-0"].written, w.shards["s-0"].writtenAt, w.shards["s-0"].dirtySince = &written, clk.Now(), time.Time{}
+	w.mu.Unlock()
+
+	for pass := 0; pass < 40; pass++ { // 4 s of 100 ms passes, flipping
+		if pass%2 == 0 {
+			w.Set("s-0", rep(int64(pass), behind))
+		} else {
+			w.Set("s-0", rep(int64(pass), up))
+		}
+		if due := w.due(); len(due) != 0 {
+			t.Fatalf("pass %d: flapping follower due = %v", pass, due)
+		}
+		if !w.Current() {
+			t.Fatalf("pass %d: not current while flapping", pass)
+		}
+		clk.Step(100 * time.Millisecond)
+	}
+
+	w.Set("s-0", rep(50, behind))
+	clk.Step(900 * time.Millisecond)
+	if due := w.due(); len(due) != 0 {
+		t.Fatalf("flip held 0.9 s due = %v", due)
+	}
+	clk.Step(100 * time.Millisecond)
+	if due := w.due(); len(due) != 1 {
+		t.Fatalf("flip held 1 s (half a heartbeat): due = %v", due)
+	}
+	if !w.Current() {
+		t.Fatal("a flip held for half a heartbeat is not yet late")
+	}
+
+	// A storage id change goes at once, and takes the flip with it.
+	w.Set("s-0", rep(60, felixv1.FollowerReport{Name: "c-1", StorageID: "b2"}))
+	if due := w.due(); len(due) != 1 {
+		t.Fatalf("id change due = %v", due)
+	}
+	w.Set("s-0", rep(61, felixv1.FollowerReport{Name: "c-1", StorageID: "b2", CaughtUp: true}))
+	if due := w.due(); len(due) != 1 {
+		t.Fatalf("id change followed by a flip: due = %v; want still at once", due)
 	}
 }
 

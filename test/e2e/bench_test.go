@@ -49,7 +49,7 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 			pipeline int
 		}{{"sync16", 1}, {"pipelined", 8}} {
 			b.Run(fmt.Sprintf("%s/%s", fsync, shape.name), func(b *testing.B) {
-				c := newCluster(b, 3, fsync)
+				c := newTimedCluster(b, 3, fsync, productTiming)
 				for i := 0; i < 3; i++ {
 					c.startBroker(i, brokerArgs...)
 				}

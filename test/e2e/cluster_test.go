@@ -48,6 +48,7 @@ type cluster struct {
 	name      string
 	dir       string
 	fsync     felixv1.FsyncMode // the brokers' --fsync, as the cluster's spec says
+	timing    clusterTiming     // the brokers' heartbeat and expiry, as the spec says
 
 	mu      sync.Mutex
 	brokers map[string]*brokerProc
@@ -99,9 +100,30 @@ func felixBinary(t testing.TB) string {
 	return buildOnce.path
 }
 
+// clusterTiming is how often brokers renew their heartbeat, how long the
+// control plane waits before it calls a silent broker down, and the
+// replication pass interval (zero: the broker's default).
+type clusterTiming struct{ heartbeat, expiry, pass time.Duration }
+
+// Timings of the end-to-end tests: short, so a killed broker is noticed in
+// under two seconds (failover tests), at the price of 10 heartbeat writes
+// a second to the API server from three brokers.
+var shortTiming = clusterTiming{heartbeat: 300 * time.Millisecond, expiry: 1500 * time.Millisecond, pass: 50 * time.Millisecond}
+
+// productTiming is the FelixCluster and broker defaults, which benchmarks use: their
+// API server (on the same cores as the brokers) then serves as many
+// heartbeats as a deployment's does.
+var productTiming = clusterTiming{heartbeat: felixv1.DefaultHeartbeatInterval, expiry: felixv1.DefaultNodeExpiry}
+
 // newCluster starts the API server and the operator, and creates a
 // FelixCluster of n brokers with short timings.
 func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
+	t.Helper()
+	return newTimedCluster(t, n, fsync, shortTiming)
+}
+
+// newTimedCluster is newCluster with the given heartbeat and expiry.
+func newTimedCluster(t testing.TB, n int32, fsync felixv1.FsyncMode, timing clusterTiming) *cluster {
 	t.Helper()
 	env := testenv.Start(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -120,7 +142,7 @@ func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	c := &cluster{t: t, env: env, c: env.Client, bin: felixBinary(t), namespace: "e2e", name: "demo",
-		dir: t.TempDir(), fsync: fsync, brokers: map[string]*brokerProc{}}
+		dir: t.TempDir(), fsync: fsync, timing: timing, brokers: map[string]*brokerProc{}}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		for _, b := range c.brokers {
@@ -141,8 +163,8 @@ func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
 		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.namespace},
 		Spec: felixv1.FelixClusterSpec{Brokers: n, Image: "felix:dev",
 			Durability:        felixv1.DurabilitySpec{Fsync: fsync},
-			HeartbeatInterval: &metav1.Duration{Duration: 300 * time.Millisecond},
-			NodeExpiry:        &metav1.Duration{Duration: 1500 * time.Millisecond}},
+			HeartbeatInterval: &metav1.Duration{Duration: timing.heartbeat},
+			NodeExpiry:        &metav1.Duration{Duration: timing.expiry}},
 	}
 	if err := c.c.Create(ctx, fc); err != nil {
 		t.Fatal(err)
@@ -160,7 +182,10 @@ func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 		"--cluster", c.name, "--broker", name, "--namespace", c.namespace,
 		"--kubeconfig", c.env.Kubeconfig, "--data-dir", dataDir,
 		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", string(c.fsync), // as the operator passes it
-		"--heartbeat-interval", "300ms", "--node-expiry", "1500ms", "--pass-interval", "50ms")
+		"--heartbeat-interval", c.timing.heartbeat.String(), "--node-expiry", c.timing.expiry.String())
+	if c.timing.pass > 0 {
+		cmd.Args = append(cmd.Args, "--pass-interval", c.timing.pass.String())
+	}
 	cmd.Args = append(cmd.Args, extra...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
