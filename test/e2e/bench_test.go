@@ -54,6 +54,7 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 					c.startBroker(i, brokerArgs...)
 				}
 				c.createStream(b, "bench", 3)
+				c.waitServing(b, "bench")
 				leader := c.shard("bench", 0).Status.Assignment.Leader
 				var recs, mb, p50, p99, clientCPU, brokerCPU float64
 				for i := 0; i < b.N; i++ {

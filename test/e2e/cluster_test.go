@@ -289,6 +289,21 @@ func (c *cluster) createStream(t testing.TB, name string, replicas int32) {
 	})
 }
 
+// waitServing waits until shard 0 of stream name has a leader that
+// serves: its report, written once the fence of its epoch committed, names
+// the assigned epoch. Appends sent before then are refused (Unavailable)
+// while the new leader recovers.
+func (c *cluster) waitServing(t testing.TB, name string) {
+	t.Helper()
+	c.eventually("a serving leader for "+name, 60*time.Second, func() (bool, string) {
+		sh := c.shard(name, 0)
+		if sh == nil || sh.Status.Assignment == nil || sh.Status.Report == nil {
+			return false, shardState(sh)
+		}
+		return sh.Status.Report.Epoch == sh.Status.Assignment.Epoch, shardState(sh)
+	})
+}
+
 func (c *cluster) registered(t testing.TB, name string) felixv1.FelixBrokerStatus {
 	t.Helper()
 	var b felixv1.FelixBroker
