@@ -38,6 +38,10 @@ type Assignment struct {
 	// Report is the stored report (nil if none), so a leader can see
 	// whether its last write is the one in place.
 	Report *felixv1.ShardReport
+	// StreamSpec is the spec of the shard's stream as the watch last saw
+	// it (ack mode, retention, fencing); nil when the watch has not seen
+	// the stream yet (read it from the API server).
+	StreamSpec *felixv1.FelixStreamSpec
 }
 
 // ShardWatcher watches the FelixShards of the broker's cluster, and the
@@ -138,12 +142,23 @@ func (w *ShardWatcher) Assignments(ctx context.Context) ([]Assignment, error) {
 	if err := w.cache.List(ctx, &list, client.InNamespace(w.c.cfg.Namespace)); err != nil {
 		return nil, err
 	}
+	var streams felixv1.FelixStreamList
+	if err := w.cache.List(ctx, &streams, client.InNamespace(w.c.cfg.Namespace)); err != nil {
+		return nil, err
+	}
+	specs := make(map[string]*felixv1.FelixStreamSpec, len(streams.Items))
+	for i := range streams.Items {
+		specs[streams.Items[i].Name] = &streams.Items[i].Spec
+	}
 	var out []Assignment
 	for _, s := range list.Items {
 		if !slices.Contains(s.Spec.Replicas, w.c.cfg.Broker) {
 			continue
 		}
 		a := Assignment{Shard: s.Name, Stream: s.Spec.Stream, Index: s.Spec.Index, Replicas: slices.Clone(s.Spec.Replicas), Report: s.Status.Report.DeepCopy()}
+		if spec, ok := specs[s.Spec.Stream]; ok {
+			a.StreamSpec = spec.DeepCopy()
+		}
 		if as := s.Status.Assignment; as != nil {
 			a.Leader, a.Epoch, a.LeaderIncarnation = as.Leader, as.Epoch, as.LeaderIncarnation
 			a.Counted = make(map[string]string, len(as.Counted))

@@ -125,8 +125,13 @@ func (s *assignmentSync) apply(ctx context.Context, w *controlplane.ShardWatcher
 
 func (s *assignmentSync) applyOne(ctx context.Context, a controlplane.Assignment) error {
 	id := record.ShardID{Stream: a.Stream, Shard: uint32(a.Index)}
+	// The watch's copy of the stream, read with the shards (a pass over
+	// many shards costs no request); the API server's when the watch has
+	// not seen it yet.
 	var stream felixv1.FelixStream
-	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: a.Stream}, &stream); err != nil {
+	if a.StreamSpec != nil {
+		stream.Spec = *a.StreamSpec
+	} else if err := s.reader.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: a.Stream}, &stream); err != nil {
 		return fmt.Errorf("read stream %s: %w", a.Stream, err)
 	}
 	replicas := make([]replication.NodeID, len(a.Replicas))
