@@ -15,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	fclient "felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/controlplane"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 	"felix.dev/felix/controllers"
@@ -181,17 +183,41 @@ func (tn *tenant) caughtUp(stream string, timeout time.Duration) *felixv1.FelixS
 	return s
 }
 
-// caughtUpSince waits for a report of the stream's shard taken after since
-// that shows every replica caught up.
+// caughtUpSince waits until the stream's shard shows every replica caught
+// up in a report that holds since since: taken after it, or vouched for
+// after it by its leader. A leader rewrites a report only when what
+// placement reads changes (a leader that was frozen and thawed may change
+// nothing); its heartbeat Lease says whether its reports are current, and
+// placement trusts an unchanged report up to that renewal, as this does.
 func (tn *tenant) caughtUpSince(stream string, since time.Time, timeout time.Duration) {
 	tn.t.Helper()
 	eventually(tn.t, stream+": a fresh report with every replica caught up", timeout, func() (bool, string) {
 		s := tn.shard(stream)
-		if s == nil || s.Status.Assignment == nil || s.Status.Report == nil || takenBefore(s.Status.Report.TakenAt.Time, since) {
+		if s == nil || s.Status.Assignment == nil || s.Status.Report == nil {
 			return false, shardState(s)
+		}
+		if takenBefore(s.Status.Report.TakenAt.Time, since) && !tn.vouchedSince(s, since) {
+			return false, "report taken before the fault healed, not vouched for since; " + shardState(s)
 		}
 		return s.Status.CaughtUp == tn.all(), shardState(s)
 	})
+}
+
+// vouchedSince reports whether the leader of s's report, still its
+// assigned leader at the report's epoch and incarnation, renewed its
+// heartbeat after since saying its reports are current.
+func (tn *tenant) vouchedSince(s *felixv1.FelixShard, since time.Time) bool {
+	rep, a := s.Status.Report, s.Status.Assignment
+	if rep.Leader != a.Leader || rep.Epoch != a.Epoch {
+		return false
+	}
+	var l coordinationv1.Lease
+	if err := tn.get(rep.Leader, &l); err != nil || l.Spec.RenewTime == nil {
+		return false
+	}
+	return l.Annotations[controlplane.LeaseAnnotationReports] == controlplane.ReportsCurrent &&
+		l.Annotations[controlplane.LeaseAnnotationIncarnation] == strconv.FormatInt(rep.LeaderIncarnation, 10) &&
+		l.Spec.RenewTime.After(since)
 }
 
 // takenBefore reports whether a report taken at takenAt predates since.
