@@ -260,21 +260,16 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 
 // sameBesidesCaughtUp reports whether a and b differ, in what placement
 // reads, at most in their followers' caught-up flags.
-func sameBesidesCaughtUp(a, b felixv1.ShardReport) bool {
-	a, b = *a.DeepCopy(), *b.DeepCopy()
-	for i := range a.Followers {
-		a.Followers[i].CaughtUp = false
-	}
-	for i := range b.Followers {
-		b.Followers[i].CaughtUp = false
-	}
-	return samePlacement(a, b)
-}
+func sameBesidesCaughtUp(a, b felixv1.ShardReport) bool { return sameReadings(a, b, false) }
 
 // samePlacement compares what placement reads of two reports: leader,
 // incarnation, storage id, epoch and, per follower, storage id and caught
 // up. Positions and times do not count.
-func samePlacement(a, b felixv1.ShardReport) bool {
+func samePlacement(a, b felixv1.ShardReport) bool { return sameReadings(a, b, true) }
+
+// sameReadings compares what placement reads of two reports, the
+// followers' caught-up flags only if caughtUp.
+func sameReadings(a, b felixv1.ShardReport, caughtUp bool) bool {
 	if a.Leader != b.Leader || a.LeaderIncarnation != b.LeaderIncarnation || a.LeaderStorageID != b.LeaderStorageID ||
 		a.Epoch != b.Epoch || len(a.Followers) != len(b.Followers) {
 		return false
@@ -285,10 +280,10 @@ func samePlacement(a, b felixv1.ShardReport) bool {
 	}
 	seen := make(map[string]line, len(a.Followers))
 	for _, f := range a.Followers {
-		seen[f.Name] = line{f.StorageID, f.CaughtUp}
+		seen[f.Name] = line{f.StorageID, f.CaughtUp && caughtUp}
 	}
 	for _, f := range b.Followers {
-		if l, ok := seen[f.Name]; !ok || l != (line{f.StorageID, f.CaughtUp}) {
+		if l, ok := seen[f.Name]; !ok || l != (line{f.StorageID, f.CaughtUp && caughtUp}) {
 			return false
 		}
 	}

@@ -48,7 +48,7 @@ type cluster struct {
 	name      string
 	dir       string
 	fsync     felixv1.FsyncMode // the brokers' --fsync, as the cluster's spec says
-	timing    clusterTiming     // the brokers' heartbeat and expiry, as the spec says
+	timing    clusterTiming     // the brokers' heartbeat, expiry and pass interval
 
 	mu      sync.Mutex
 	brokers map[string]*brokerProc
@@ -110,9 +110,9 @@ type clusterTiming struct{ heartbeat, expiry, pass time.Duration }
 // a second to the API server from three brokers.
 var shortTiming = clusterTiming{heartbeat: 300 * time.Millisecond, expiry: 1500 * time.Millisecond, pass: 50 * time.Millisecond}
 
-// productTiming is the FelixCluster and broker defaults, which benchmarks use: their
-// API server (on the same cores as the brokers) then serves as many
-// heartbeats as a deployment's does.
+// productTiming is the FelixCluster and broker defaults, which benchmarks
+// use: their API server (on the same cores as the brokers) then serves as
+// many heartbeats as a deployment's does.
 var productTiming = clusterTiming{heartbeat: felixv1.DefaultHeartbeatInterval, expiry: felixv1.DefaultNodeExpiry}
 
 // newCluster starts the API server and the operator, and creates a
@@ -122,7 +122,7 @@ func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
 	return newTimedCluster(t, n, fsync, shortTiming)
 }
 
-// newTimedCluster is newCluster with the given heartbeat and expiry.
+// newTimedCluster is newCluster with the given timings.
 func newTimedCluster(t testing.TB, n int32, fsync felixv1.FsyncMode, timing clusterTiming) *cluster {
 	t.Helper()
 	env := testenv.Start(t)
