@@ -95,13 +95,13 @@ func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
 		w.shards[shard] = st
 	}
 	st.want = *rep.DeepCopy()
-	switch flips := st.written != nil && sameBesidesCaughtUp(*st.written, rep); {
+	switch {
 	case st.written != nil && samePlacement(*st.written, rep):
 		st.dirtySince, st.flipsOnly = time.Time{}, false
 	case st.dirtySince.IsZero():
-		st.dirtySince, st.flipsOnly = now, flips
+		st.dirtySince, st.flipsOnly = now, st.written != nil && sameBesidesCaughtUp(*st.written, rep)
 	default:
-		st.flipsOnly = st.flipsOnly && flips
+		st.flipsOnly = st.flipsOnly && sameBesidesCaughtUp(*st.written, rep)
 	}
 	w.mu.Unlock()
 	select {

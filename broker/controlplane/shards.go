@@ -40,7 +40,8 @@ type Assignment struct {
 	Report *felixv1.ShardReport
 	// StreamSpec is the spec of the shard's stream as the watch last saw
 	// it (ack mode, retention, fencing); nil when the watch has not seen
-	// the stream yet (read it from the API server).
+	// the stream yet (read it from the API server). Shards of one stream
+	// share it: read only.
 	StreamSpec *felixv1.FelixStreamSpec
 }
 
@@ -156,9 +157,7 @@ func (w *ShardWatcher) Assignments(ctx context.Context) ([]Assignment, error) {
 			continue
 		}
 		a := Assignment{Shard: s.Name, Stream: s.Spec.Stream, Index: s.Spec.Index, Replicas: slices.Clone(s.Spec.Replicas), Report: s.Status.Report.DeepCopy()}
-		if spec, ok := specs[s.Spec.Stream]; ok {
-			a.StreamSpec = spec.DeepCopy()
-		}
+		a.StreamSpec = specs[s.Spec.Stream]
 		if as := s.Status.Assignment; as != nil {
 			a.Leader, a.Epoch, a.LeaderIncarnation = as.Leader, as.Epoch, as.LeaderIncarnation
 			a.Counted = make(map[string]string, len(as.Counted))
