@@ -92,7 +92,7 @@ bench-peer: ## Measure NATS JetStream (R=3, pinned in hack/natsbench) and Felix 
 	hack/bench-peer.sh
 
 .PHONY: bench-rounds
-bench-rounds: envtest-bins ## Alternate the peer (fsync always) and Felix's cluster harness (OnCommit) in rounds; print each round's ratios (ROUNDS, DURATION).
+bench-rounds: envtest-bins ## Alternate the peer (fsync always) and Felix's cluster harness (OnCommit) in rounds; print each round's ratios (ROUNDS, DURATION, FULL_PAGE_CACHE=1).
 	hack/bench-rounds.sh
 
 ##@ Image

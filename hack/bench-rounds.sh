@@ -9,6 +9,15 @@
 #
 #   hack/bench-rounds.sh                     # 4 rounds of 8 s runs
 #   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
+#   FULL_PAGE_CACHE=1 hack/bench-rounds.sh   # memory full of page cache
+#
+# FULL_PAGE_CACHE=1 fills the machine's memory with clean page cache (a
+# sparse file the size of the memory, read) before every run, so that the
+# pages each run writes are recycled ones, as on a machine that has run for
+# a while. On a virtual machine that hands free memory back to its host, a
+# page used for the first time costs about ten times a recycled one
+# (docs/performance.md, "New pages cost ten times reused ones"), and how
+# much of it a run pays depends on how long ago the machine booted.
 #
 # Needs the envtest binaries (make envtest-bins). The harness builds
 # cmd/felix from this tree; FELIX_E2E_BIN=path runs another build.
@@ -17,13 +26,30 @@ cd "$(dirname "$0")/.."
 ROUNDS="${ROUNDS:-4}"
 DURATION="${DURATION:-8s}"
 (cd hack/natsbench && go build -o ../../bin/natsbench . && go build -o ../../bin/nats-server github.com/nats-io/nats-server/v2)
-e2e="$(mktemp -d)/e2e.test"
+work="$(mktemp -d)" # a file system with a page cache (not tmpfs)
+trap 'rm -rf "$work"' EXIT
+e2e="$work/e2e.test"
 go test -c -o "$e2e" ./test/e2e
 
-peer() { bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$1" --sync-always | tail -1; }
-felix() { (cd test/e2e && FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench 'ClusterQuorumAppend/OnCommit' -test.benchtime 1x | grep '^Benchmark'); }
+fill=""
+if [[ -n "${FULL_PAGE_CACHE:-}" ]]; then
+	fill="$work/pagefill"
+	# What the memory can hold besides what processes use, less 1 GiB.
+	truncate -s "$(awk '/^MemAvailable:/ {print $2 - 1048576}' /proc/meminfo)k" "$fill"
+fi
+# fullcache re-reads the sparse file: every page of it that was reclaimed
+# is in the page cache again.
+fullcache() { if [[ -n "$fill" ]]; then cat "$fill" >/dev/null; fi; }
 
-results="$(mktemp)"
+peer() { fullcache; bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$1" --sync-always | tail -1; }
+felix() {
+	for shape in sync16 pipelined; do
+		fullcache
+		(cd test/e2e && FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumAppend/OnCommit/$shape\$" -test.benchtime 1x | grep '^Benchmark')
+	done
+}
+
+results="$work/results"
 for ((i = 1; i <= ROUNDS; i++)); do
 	echo "# round $i $(date -u +%TZ) load $(cut -d' ' -f1 /proc/loadavg)" >&2
 	{
