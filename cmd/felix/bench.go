@@ -154,39 +154,74 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	lat := make([][]time.Duration, f.connections*f.pipeline)
+	lat := make([][]time.Duration, f.connections)
 	var firstErr error
 	var errOnce sync.Once
+	// done counts one answered append (sent at t0) of connection ci.
+	done := func(ci int, t0 time.Time, err error) {
+		if err != nil {
+			if runCtx.Err() == nil {
+				errCount.Add(1)
+				errOnce.Do(func() { firstErr = err })
+			}
+			return
+		}
+		if measuring.Load() {
+			records.Add(int64(f.batch))
+			requests.Add(1)
+			lat[ci] = append(lat[ci], time.Since(t0))
+		}
+	}
 	for ci := 0; ci < f.connections; ci++ {
 		c, err := dial()
 		if err != nil {
 			return benchResult{}, err
 		}
 		shard := record.ShardID{Stream: f.stream, Shard: uint32(ci % f.shards)}
-		for pi := 0; pi < f.pipeline; pi++ {
-			slot := ci*f.pipeline + pi
-			wg.Add(1)
+		wg.Add(1)
+		if f.pipeline == 1 {
+			// A synchronous producer: one append at a time.
 			go func() {
 				defer wg.Done()
 				for runCtx.Err() == nil {
 					t0 := time.Now()
-					actx, cancel := context.WithTimeout(runCtx, 30*time.Second)
-					_, err := c.Append(actx, shard, batch, nil)
-					cancel()
-					d := time.Since(t0)
+					_, err := c.Append(runCtx, shard, batch, nil)
+					done(ci, t0, err)
+				}
+			}()
+		} else {
+			// A pipelining producer: one goroutine sends while up to
+			// --pipeline appends are unanswered, another takes the
+			// answers in order (as the peer's harness publishes).
+			go func() {
+				defer wg.Done()
+				type inflight struct {
+					p  *client.PendingAppend
+					t0 time.Time
+				}
+				// In flight: one the collector waits for, pipeline-2
+				// queued, and one the sender holds while the queue is
+				// full.
+				window := make(chan inflight, f.pipeline-2)
+				collected := make(chan struct{})
+				go func() {
+					defer close(collected)
+					for in := range window {
+						_, err := in.p.Wait(runCtx)
+						done(ci, in.t0, err)
+					}
+				}()
+				for runCtx.Err() == nil {
+					t0 := time.Now()
+					p, err := c.AppendAsync(runCtx, shard, batch, nil)
 					if err != nil {
-						if runCtx.Err() == nil {
-							errCount.Add(1)
-							errOnce.Do(func() { firstErr = err })
-						}
+						done(ci, t0, err)
 						continue
 					}
-					if measuring.Load() {
-						records.Add(int64(f.batch))
-						requests.Add(1)
-						lat[slot] = append(lat[slot], d)
-					}
+					window <- inflight{p, t0}
 				}
+				close(window)
+				<-collected
 			}()
 		}
 		if f.reads {
