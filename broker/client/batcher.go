@@ -125,14 +125,14 @@ func (b *Batcher) sendLocked() {
 	// Send under the lock so batches go out in the order they filled;
 	// wait for the answers concurrently (pipelining).
 	ctx, cancel := context.WithTimeout(context.Background(), b.o.Timeout)
-	w, err := b.c.sendAppend(ctx, b.shard, recs)
+	p, err := b.c.AppendAsync(ctx, b.shard, recs, nil)
 	b.flights.Add(1)
 	go func() {
 		defer b.flights.Done()
 		defer cancel()
 		var res wire.AppendOK
 		if err == nil {
-			res, err = w(ctx)
+			res, err = p.Wait(ctx)
 		}
 		for i, f := range futs {
 			f.err = err

@@ -369,29 +369,11 @@ func answer[T any](c *Client, f wire.Frame, want wire.MsgType, decode func([]byt
 // *wire.Error with Code OffsetMismatch carrying the current Tail [TR-1].
 // An append sent but not answered fails with ErrUnknownOutcome.
 func (c *Client) Append(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error) {
-	w, err := c.send(ctx, appendFrame(wire.AppendRequest{Shard: shard, ExpectTail: expectTail, Records: recs}))
+	p, err := c.AppendAsync(ctx, shard, recs, expectTail)
 	if err != nil {
 		return wire.AppendOK{}, err
 	}
-	return w.appendAnswer(ctx)
-}
-
-// sendAppend queues an unconditional append and returns the function that
-// waits for its answer.
-func (c *Client) sendAppend(ctx context.Context, shard record.ShardID, recs []record.Record) (func(context.Context) (wire.AppendOK, error), error) {
-	w, err := c.send(ctx, appendFrame(wire.AppendRequest{Shard: shard, Records: recs}))
-	if err != nil {
-		return nil, err
-	}
-	return w.appendAnswer, nil
-}
-
-func (w *waiter) appendAnswer(ctx context.Context) (wire.AppendOK, error) {
-	f, _, err := w.wait(ctx)
-	if err != nil {
-		return wire.AppendOK{}, &UnknownOutcomeError{Err: err}
-	}
-	return answer(w.c, f, wire.MsgAppendOK, wire.DecodeAppendOK)
+	return p.Wait(ctx)
 }
 
 // Read reads records as req describes. With req.WaitMillis set the broker
