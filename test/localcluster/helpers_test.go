@@ -196,11 +196,36 @@ func (tn *tenant) caughtUpSince(stream string, since time.Time, timeout time.Dur
 		if s == nil || s.Status.Assignment == nil || s.Status.Report == nil {
 			return false, shardState(s)
 		}
+		if why := tn.staleReport(s); why != "" {
+			return false, why + "; " + shardState(s)
+		}
 		if takenBefore(s.Status.Report.TakenAt.Time, since) && !tn.vouchedSince(s, since) {
 			return false, "report taken before the fault healed, not vouched for since; " + shardState(s)
 		}
 		return s.Status.CaughtUp == tn.all(), shardState(s)
 	})
+}
+
+// staleReport says why s's report cannot describe the replicas as they
+// are now, or "" if it can: it must be the current assignment's leader's
+// (same epoch and incarnation), and each replica it names must still have
+// the storage id it names. Report times are whole seconds, so the time
+// alone cannot tell a report written just before a fault from one written
+// just after it (a wiped replica restarts and registers within a second).
+func (tn *tenant) staleReport(s *felixv1.FelixShard) string {
+	rep, a := s.Status.Report, s.Status.Assignment
+	if rep.Leader != a.Leader || rep.Epoch != a.Epoch || rep.LeaderIncarnation != a.LeaderIncarnation {
+		return "report not from the assigned leader's incarnation and epoch"
+	}
+	if b := tn.broker(rep.Leader); b.Incarnation != rep.LeaderIncarnation || b.StorageID != rep.LeaderStorageID {
+		return "report from an earlier registration of its leader"
+	}
+	for _, f := range rep.Followers {
+		if tn.broker(f.Name).StorageID != f.StorageID {
+			return "report names an earlier storage id of " + f.Name
+		}
+	}
+	return ""
 }
 
 // vouchedSince reports whether the leader of s's report, still its
