@@ -213,14 +213,16 @@ func TestCP1_CaughtUpCountsOnlyRegisteredIDs(t *testing.T) {
 		want int
 	}{
 		{"no report", nil, 0},
-		{"old epoch", &felixv1.ShardReport{Leader: "a", Epoch: 1, Followers: []felixv1.FollowerReport{f("b", "bb", true)}}, 0},
-		{"other leader", &felixv1.ShardReport{Leader: "b", Epoch: 2}, 0},
-		{"leader only", &felixv1.ShardReport{Leader: "a", Epoch: 2}, 1},
-		{"all matching", &felixv1.ShardReport{Leader: "a", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", true), f("c", "cc", true)}}, 3},
-		{"different id", &felixv1.ShardReport{Leader: "a", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", true), f("c", "old", true)}}, 2},
-		{"missing id", &felixv1.ShardReport{Leader: "a", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "", true)}}, 1},
-		{"not caught up", &felixv1.ShardReport{Leader: "a", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", false)}}, 1},
-		{"not a replica", &felixv1.ShardReport{Leader: "a", Epoch: 2, Followers: []felixv1.FollowerReport{f("d", "dd", true)}}, 1},
+		{"old epoch", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 1, Followers: []felixv1.FollowerReport{f("b", "bb", true)}}, 0},
+		{"other leader", &felixv1.ShardReport{Leader: "b", LeaderStorageID: "bb", Epoch: 2}, 0},
+		{"leader only", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 2}, 1},
+		{"all matching", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", true), f("c", "cc", true)}}, 3},
+		{"different id", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", true), f("c", "old", true)}}, 2},
+		{"missing id", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "", true)}}, 1},
+		{"not caught up", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", false)}}, 1},
+		{"leader wiped since", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "old", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", true), f("c", "cc", true)}}, 0},
+		{"leader id missing", &felixv1.ShardReport{Leader: "a", Epoch: 2, Followers: []felixv1.FollowerReport{f("b", "bb", true)}}, 0},
+		{"not a replica", &felixv1.ShardReport{Leader: "a", LeaderStorageID: "aa", Epoch: 2, Followers: []felixv1.FollowerReport{f("d", "dd", true)}}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

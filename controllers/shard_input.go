@@ -126,11 +126,17 @@ func countedReplicas(counted map[string]string) []felixv1.CountedReplica {
 
 // caughtUpCount counts the replicas the current report shows caught up:
 // the leader, when the report is the assigned leader's at the assigned
-// epoch, plus each follower of the replica set reported caught up under
-// the storage id it is registered with now [CP-1].
+// epoch under the storage id the leader is registered with now, plus each
+// follower of the replica set reported caught up under the storage id it
+// is registered with now [CP-1]. A report from before its leader's data
+// directory was wiped counts nothing: the leader no longer holds what it
+// reported.
 func caughtUpCount(sh *felixv1.FelixShard, registered map[string]string) int {
 	rep, a := sh.Status.Report, sh.Status.Assignment
 	if rep == nil || a == nil || rep.Leader != a.Leader || rep.Epoch != a.Epoch {
+		return 0
+	}
+	if id, ok := registered[rep.Leader]; !ok || id == "" || id != rep.LeaderStorageID {
 		return 0
 	}
 	inSet := map[string]bool{}
