@@ -37,11 +37,16 @@ func (c *Client) AppendAsync(ctx context.Context, shard record.ShardID, recs []r
 func (p *PendingAppend) Wait(ctx context.Context) (wire.AppendOK, error) {
 	if !p.done {
 		p.done = true
-		if f, _, err := p.w.wait(ctx); err != nil {
-			p.err = &UnknownOutcomeError{Err: err}
-		} else {
-			p.ok, p.err = answer(p.w.c, f, wire.MsgAppendOK, wire.DecodeAppendOK)
-		}
+		p.ok, p.err = p.w.appendOutcome(ctx)
 	}
 	return p.ok, p.err
+}
+
+// appendOutcome waits for an append's answer: what Append returns.
+func (w *waiter) appendOutcome(ctx context.Context) (wire.AppendOK, error) {
+	f, _, err := w.wait(ctx)
+	if err != nil {
+		return wire.AppendOK{}, &UnknownOutcomeError{Err: err}
+	}
+	return answer(w.c, f, wire.MsgAppendOK, wire.DecodeAppendOK)
 }

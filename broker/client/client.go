@@ -369,11 +369,11 @@ func answer[T any](c *Client, f wire.Frame, want wire.MsgType, decode func([]byt
 // *wire.Error with Code OffsetMismatch carrying the current Tail [TR-1].
 // An append sent but not answered fails with ErrUnknownOutcome.
 func (c *Client) Append(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error) {
-	p, err := c.AppendAsync(ctx, shard, recs, expectTail)
+	w, err := c.send(ctx, appendFrame(wire.AppendRequest{Shard: shard, ExpectTail: expectTail, Records: recs}))
 	if err != nil {
 		return wire.AppendOK{}, err
 	}
-	return p.Wait(ctx)
+	return w.appendOutcome(ctx) // no PendingAppend: the caller waits here
 }
 
 // Read reads records as req describes. With req.WaitMillis set the broker
