@@ -44,10 +44,15 @@ func TestGracefulShutdownAnswersInFlight(t *testing.T) {
 		}
 		readDone <- err
 	}()
-	// The broker reads one connection's frames in order: once the
-	// describe sent after the read is answered, the read is in flight.
-	if _, err := c.Describe(ctx, shardA); err != nil {
-		t.Fatal(err)
+	// The read is in flight once the broker holds it unanswered. (A
+	// describe sent afterwards from this goroutine proves nothing: the
+	// read's goroutine may not have sent it yet.)
+	deadline := time.Now().Add(10 * time.Second)
+	for unanswered(b.srv) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the follow read never reached the broker: %d unanswered", unanswered(b.srv))
+		}
+		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
 	b.stop()
@@ -181,4 +186,16 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool := x509.NewCertPool()
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// unanswered counts the requests srv has read and not yet answered, on
+// every connection.
+func unanswered(srv *Server) int64 {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	var n int64
+	for c := range srv.conns {
+		n += c.unanswered.Load()
+	}
+	return n
 }
