@@ -5,7 +5,8 @@
 # synchronous publishers and with 16 x 8 pipelined, then Felix's cluster
 # harness (BenchmarkClusterQuorumAppend/OnCommit: three `felix broker`
 # processes and `felix bench`) in the same two shapes. Prints one line per
-# round with both figures and the ratios, and the range of each ratio.
+# round with both figures and the ratios, the range of each ratio, and
+# each run's CPU per record (servers plus client, warm-up included).
 #
 #   hack/bench-rounds.sh                     # 4 rounds of 8 s runs
 #   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
@@ -70,12 +71,14 @@ for line in open(sys.argv[1]):
     elif line.startswith("peer-"):
         shape, js = line.split(" ", 1)
         d = json.loads(js)
-        cur[shape] = (d["recordsPerSec"], d["mbPerSec"])
+        cur[shape] = (d["recordsPerSec"], d["mbPerSec"],
+                      d.get("serversCpuMicrosPerRecord", 0) + d.get("clientCpuMicrosPerRecord", 0))
     elif line.startswith("Benchmark"):
         shape = "felix-sync16" if "/sync16" in line else "felix-pipelined"
         recs = float(re.search(r"([\d.]+) records/s", line).group(1))
         mb = float(re.search(r"([\d.]+) MB/s", line).group(1))
-        cur[shape] = (recs, mb)
+        cpu = sum(float(m.group(1)) for m in re.finditer(r"([\d.]+) (?:brokers|client)-cpu-µs/record", line))
+        cur[shape] = (recs, mb, cpu)
 ratios = {"sync16": [], "pipelined": []}
 print("round  peer sync16  felix sync16  ratio  peer 16x8 MB/s  felix 16x8 MB/s  ratio")
 for i, r in enumerate(rounds, 1):
@@ -84,6 +87,12 @@ for i, r in enumerate(rounds, 1):
     ratios["sync16"].append(s)
     ratios["pipelined"].append(p)
     print(f"{i:5d}  {r['peer-sync16'][0]:11,.0f}  {r['felix-sync16'][0]:12,.0f}  {s:4.2f}x  {r['peer-pipelined'][1]:14.1f}  {r['felix-pipelined'][1]:15.1f}  {p:4.2f}x")
+print()
+print("CPU per record, servers and client (µs): a window where both use most of the")
+print("machine is CPU-bound, and there the throughput ratio follows the CPU ratio")
+print("round  peer sync16  felix sync16  peer 16x8  felix 16x8")
+for i, r in enumerate(rounds, 1):
+    print(f"{i:5d}  {r['peer-sync16'][2]:11,.0f}  {r['felix-sync16'][2]:12,.0f}  {r['peer-pipelined'][2]:9,.0f}  {r['felix-pipelined'][2]:10,.0f}")
 for k, v in ratios.items():
     v.sort()
     print(f"{k}: ratio {v[0]:.2f} - {v[-1]:.2f}x, median {v[len(v)//2] if len(v)%2 else (v[len(v)//2-1]+v[len(v)//2])/2:.2f}x")

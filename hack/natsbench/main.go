@@ -6,14 +6,16 @@
 // processes (the binary given by --server, built by `make bench-nats`) in
 // a cluster with JetStream file storage under a temporary directory, creates
 // one stream with three replicas, runs the workload and prints one JSON
-// object with records/s, MB/s (payload, 10^6 bytes) and p50/p99/p999 of the
-// publish-to-acknowledgement latency.
+// object with records/s, MB/s (payload, 10^6 bytes), p50/p99/p999 of the
+// publish-to-acknowledgement latency, and the CPU time per record of the
+// three servers and of the publishing process.
 //
 // It is a separate module so that the product's go.mod does not depend on
 // NATS.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +26,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +62,12 @@ type result struct {
 	P99Ms         float64 `json:"p99Ms"`
 	P999Ms        float64 `json:"p999Ms"`
 	Errors        int64   `json:"errors"`
+	// CPU per record counted: the three servers' user plus system time,
+	// and this process's, from the first publish to the last answer
+	// (warm-up included), as `felix bench` and the cluster benchmark report
+	// the client's and the brokers'.
+	ServersCPUMicros float64 `json:"serversCpuMicrosPerRecord"`
+	ClientCPUMicros  float64 `json:"clientCpuMicrosPerRecord"`
 }
 
 func main() {
@@ -100,10 +110,10 @@ func freePorts(n int) ([]int, error) {
 
 // startCluster writes one config per server and starts them; the returned
 // function stops them all.
-func startCluster(c config, dir string) ([]string, func(), error) {
+func startCluster(c config, dir string) ([]string, []int, func(), error) {
 	ports, err := freePorts(2 * c.replicas)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var routes, urls []string
 	for i := 0; i < c.replicas; i++ {
@@ -131,22 +141,70 @@ cluster { name: bench, listen: 127.0.0.1:%d, routes: %s }
 		path := filepath.Join(dir, fmt.Sprintf("n%d.conf", i))
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 			stop()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("n%d.log", i)))
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cmd := exec.Command(c.server, "-c", path)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			stop()
-			return nil, nil, fmt.Errorf("start %s: %w", c.server, err)
+			return nil, nil, nil, fmt.Errorf("start %s: %w", c.server, err)
 		}
 		cmds = append(cmds, cmd)
 	}
-	return urls, stop, nil
+	pids := make([]int, len(cmds))
+	for i, cmd := range cmds {
+		pids[i] = cmd.Process.Pid
+	}
+	return urls, pids, stop, nil
+}
+
+// processCPU returns the user plus system CPU time of process pid (0: this
+// process), from /proc.
+func processCPU(pid int) (time.Duration, error) {
+	name := "/proc/self/stat"
+	if pid != 0 {
+		name = fmt.Sprintf("/proc/%d/stat", pid)
+	}
+	raw, err := os.ReadFile(name)
+	if err != nil {
+		return 0, err
+	}
+	// utime and stime are the 12th and 13th fields after the command
+	// name, which may hold spaces: cut at its closing parenthesis.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short %s", name)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).
+const clockTicks = 100
+
+// cpuOf sums processCPU over pids.
+func cpuOf(pids []int) (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range pids {
+		d, err := processCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
 }
 
 func run(c config) (result, error) {
@@ -155,7 +213,7 @@ func run(c config) (result, error) {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	urls, stop, err := startCluster(c, dir)
+	urls, pids, stop, err := startCluster(c, dir)
 	if err != nil {
 		return result{}, err
 	}
@@ -195,6 +253,14 @@ func run(c config) (result, error) {
 	var records, errs atomic.Int64
 	var mu sync.Mutex
 	var lats []time.Duration
+	serversCPU0, err := cpuOf(pids)
+	if err != nil {
+		return result{}, err
+	}
+	clientCPU0, err := processCPU(0)
+	if err != nil {
+		return result{}, err
+	}
 	stopAt := time.Now().Add(c.warmup + c.duration)
 	var wg sync.WaitGroup
 	for p := 0; p < c.publishers; p++ {
@@ -275,6 +341,14 @@ func run(c config) (result, error) {
 	counting.Store(false)
 	secs := time.Since(t0).Seconds()
 	wg.Wait()
+	serversCPU1, err := cpuOf(pids)
+	if err != nil {
+		return result{}, err
+	}
+	clientCPU1, err := processCPU(0)
+	if err != nil {
+		return result{}, err
+	}
 
 	slices.Sort(lats)
 	pct := func(q float64) float64 {
@@ -284,7 +358,14 @@ func run(c config) (result, error) {
 		return float64(lats[int(q*float64(len(lats)-1))].Microseconds()) / 1000
 	}
 	n := records.Load()
-	return result{Peer: "nats-jetstream", Replicas: c.replicas, SyncAlways: c.syncAlways,
+	perRecord := func(d time.Duration) float64 {
+		if n == 0 {
+			return 0
+		}
+		return float64(d.Microseconds()) / float64(n)
+	}
+	return result{ServersCPUMicros: perRecord(serversCPU1 - serversCPU0), ClientCPUMicros: perRecord(clientCPU1 - clientCPU0),
+		Peer: "nats-jetstream", Replicas: c.replicas, SyncAlways: c.syncAlways,
 		Publishers: c.publishers, Pending: c.pending, RecordSize: c.size,
 		Seconds: secs, Records: n, RecordsPerSec: float64(n) / secs,
 		MBPerSec: float64(n) * float64(c.size) / secs / 1e6,
