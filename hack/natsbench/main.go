@@ -194,17 +194,18 @@ func processCPU(pid int) (time.Duration, error) {
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).
 const clockTicks = 100
 
-// cpuOf sums processCPU over pids.
-func cpuOf(pids []int) (time.Duration, error) {
-	var total time.Duration
+// cpuNow returns the CPU time used so far by the servers (pids, summed)
+// and by this process.
+func cpuNow(pids []int) (servers, client time.Duration, err error) {
 	for _, pid := range pids {
 		d, err := processCPU(pid)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		total += d
+		servers += d
 	}
-	return total, nil
+	client, err = processCPU(0)
+	return servers, client, err
 }
 
 func run(c config) (result, error) {
@@ -253,11 +254,7 @@ func run(c config) (result, error) {
 	var records, errs atomic.Int64
 	var mu sync.Mutex
 	var lats []time.Duration
-	serversCPU0, err := cpuOf(pids)
-	if err != nil {
-		return result{}, err
-	}
-	clientCPU0, err := processCPU(0)
+	serversCPU0, clientCPU0, err := cpuNow(pids)
 	if err != nil {
 		return result{}, err
 	}
@@ -341,11 +338,7 @@ func run(c config) (result, error) {
 	counting.Store(false)
 	secs := time.Since(t0).Seconds()
 	wg.Wait()
-	serversCPU1, err := cpuOf(pids)
-	if err != nil {
-		return result{}, err
-	}
-	clientCPU1, err := processCPU(0)
+	serversCPU1, clientCPU1, err := cpuNow(pids)
 	if err != nil {
 		return result{}, err
 	}
