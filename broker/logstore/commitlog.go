@@ -339,7 +339,7 @@ func (c *commitLog) create() error {
 			_ = os.Remove(spare.Name())
 		} else {
 			f, ahead = spare, true
-			if d, err := openDirect(name); err == nil {
+			if d, err := openDirect(name, true); err == nil {
 				_ = spare.Close()
 				f, direct = d.f, d
 			}

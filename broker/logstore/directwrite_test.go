@@ -3,6 +3,7 @@ package logstore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,14 +13,23 @@ import (
 
 // Direct writes land every frame at its offset in a file of zeros, across
 // block boundaries and within one block written several times, and leave
-// zeros after the last frame (what ends a replay).
+// zeros after the last frame (what ends a replay), whether they go through
+// pwrite or native AIO.
 func TestDirectWriterKeepsFramesAcrossBlocks(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("aio=%v", async), func(t *testing.T) {
+			testDirectWriterFrames(t, async)
+		})
+	}
+}
+
+func testDirectWriterFrames(t *testing.T, async bool) {
 	path := filepath.Join(t.TempDir(), "f")
 	const fileSize = 64 << 10
 	if err := os.WriteFile(path, make([]byte, fileSize), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := openDirect(path)
+	w, err := openDirect(path, async)
 	if errors.Is(err, unix.EINVAL) {
 		t.Skip("no O_DIRECT on this file system:", err)
 	}
@@ -27,6 +37,12 @@ func TestDirectWriterKeepsFramesAcrossBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
+	if async && w.aio == nil {
+		if _, err := newAIOFile(w.f); err != nil {
+			t.Skip("no native AIO here:", err)
+		}
+		t.Fatal("native AIO is available but the writer did not take it")
+	}
 	var want []byte
 	for i, n := range []int{1, 4095, 4096, 5000, 3, 9000, 1, 8192, 17} {
 		frame := bytes.Repeat([]byte{byte(i + 1)}, n)
@@ -59,10 +75,44 @@ func directSupported(dir string) bool {
 	}
 	defer os.Remove(f.Name())
 	f.Close()
-	w, err := openDirect(f.Name())
+	w, err := openDirect(f.Name(), false)
 	if err != nil {
 		return false
 	}
 	w.close()
 	return true
+}
+
+// A direct write the kernel refuses comes back as an error, through AIO
+// as through pwrite, and does not leave the writer waiting: here the file
+// was opened read-only, so every write fails with EBADF.
+func TestDirectWriterReportsRefusedWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, make([]byte, 16<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
+	if errors.Is(err, unix.EINVAL) {
+		t.Skip("no O_DIRECT on this file system:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, async := range []bool{false, true} {
+		w := &directWriter{f: f}
+		if async {
+			a, err := newAIOFile(f)
+			if err != nil {
+				t.Log("no native AIO here:", err)
+				continue
+			}
+			defer a.close()
+			w.aio = a
+		}
+		err := w.writeAt([]byte("frame"), 0)
+		if !errors.Is(err, unix.EBADF) {
+			t.Fatalf("aio=%v: write to a read-only file: got %v, want EBADF", async, err)
+		}
+	}
 }

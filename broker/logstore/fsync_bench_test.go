@@ -16,7 +16,8 @@ import (
 // writes its size), extended with fallocate first (unwritten extents),
 // written with zeros first (every block already written), and written
 // with zeros first then written directly (O_DIRECT|O_DSYNC, one system
-// call, no page cache). files=3 runs three files at once, one goroutine
+// call, no page cache), the last one also through native AIO
+// (direct-aio: the goroutine parks instead of blocking a thread). files=3 runs three files at once, one goroutine
 // each, as the three replicas of a shard on one disk do in the in-process
 // benchmarks. It measures the file system, not our code: it is the
 // evidence for writing commit-log files ahead and writing them directly
@@ -24,7 +25,7 @@ import (
 func BenchmarkSyncFileShapes(b *testing.B) {
 	for _, files := range []int{1, 3} {
 		for _, size := range []int{4 << 10, 16 << 10} {
-			for _, shape := range []string{"append", "fallocate", "prewritten", "direct"} {
+			for _, shape := range []string{"append", "fallocate", "prewritten", "direct", "direct-aio"} {
 				b.Run(fmt.Sprintf("files=%d/size=%dKiB/%s", files, size>>10, shape), func(b *testing.B) {
 					benchSyncShape(b, shape, files, size)
 				})
@@ -52,7 +53,7 @@ func benchSyncShape(b *testing.B, shape string, files, size int) {
 			if err := unix.Fallocate(int(f.Fd()), 0, 0, total); err != nil {
 				b.Skip("fallocate:", err)
 			}
-		case "prewritten", "direct":
+		case "prewritten", "direct", "direct-aio":
 			zeros := make([]byte, 1<<20)
 			for off := int64(0); off < total; off += int64(len(zeros)) {
 				if _, err := f.WriteAt(zeros, off); err != nil {
@@ -64,8 +65,8 @@ func benchSyncShape(b *testing.B, shape string, files, size int) {
 			b.Fatal(err)
 		}
 		t := target{f: f}
-		if shape == "direct" {
-			w, err := openDirect(path)
+		if shape == "direct" || shape == "direct-aio" {
+			w, err := openDirect(path, shape == "direct-aio")
 			if errors.Is(err, unix.EINVAL) {
 				b.Skip("no O_DIRECT here:", err)
 			}

@@ -101,6 +101,13 @@ func Open(opts Options) (*Store, error) {
 	if frames > 0 {
 		opts.Logger.Info("replayed commit log", "frames", frames)
 	}
+	if opts.Fsync == FsyncOnCommit {
+		if err := probeAIO(); err != nil {
+			opts.Logger.Info("commit-log direct writes use blocking pwrite: native AIO is not available", "reason", err.Error())
+		} else {
+			opts.Logger.V(1).Info("commit-log direct writes go through native AIO")
+		}
+	}
 	s := &Store{
 		opts:  opts,
 		db:    db,
