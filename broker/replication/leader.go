@@ -290,8 +290,9 @@ func (r *Replica) updateMarks(l record.LogKind) {
 		return
 	}
 	v := &r.logs[l]
-	held := make([]uint64, 0, len(r.order)+1)
-	counted := make([]bool, 0, len(r.order)+1)
+	var heldBuf [8]uint64
+	var countedBuf [8]bool
+	held, counted := heldBuf[:0], countedBuf[:0]
 	held = append(held, v.stable)
 	counted = append(counted, r.fenceCommitted || r.idCounted(r.cfg.Self, r.cfg.SelfStorageID))
 	for _, n := range r.order {
@@ -344,8 +345,11 @@ func (r *Replica) releaseAcks(l record.LogKind) {
 			r.out.Acks = append(r.out.Acks, q[i])
 			i++
 		}
-		if i > 0 {
-			r.pending[l][mode] = append(q[:0:0], q[i:]...)
+		switch {
+		case i == len(q):
+			r.pending[l][mode] = q[:0] // reuse the array from its start
+		case i > 0:
+			r.pending[l][mode] = q[i:]
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package replication
 
-import "sort"
+import "slices"
 
 // QuorumMark returns the highest position that at least q members hold,
 // where held[i] is member i's position and a member with counted[i] false
@@ -10,13 +10,17 @@ func QuorumMark(base uint64, held []uint64, counted []bool, q int) uint64 {
 	if q <= 0 || q > len(held) {
 		return base
 	}
-	vals := make([]uint64, len(held))
+	// The leader recounts on every proposal and answer: keep replica sets
+	// of usual sizes on the stack.
+	var buf [8]uint64
+	vals := buf[:0]
 	for i := range held {
-		vals[i] = base
+		v := base
 		if counted[i] && held[i] > base {
-			vals[i] = held[i]
+			v = held[i]
 		}
+		vals = append(vals, v)
 	}
-	sort.Slice(vals, func(i, j int) bool { return vals[i] > vals[j] })
-	return vals[q-1]
+	slices.Sort(vals)
+	return vals[len(vals)-q]
 }

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"fmt"
 	"math/rand"
 	"reflect"
 	"testing"
@@ -83,5 +84,27 @@ func TestRP5_QuorumMarkUncountedHoldNothing(t *testing.T) {
 		if got := QuorumMark(0, tc.held, tc.counted, tc.q); got != tc.want {
 			t.Errorf("QuorumMark(%v, %v, %d) = %d, want %d", tc.held, tc.counted, tc.q, got, tc.want)
 		}
+	}
+}
+
+// BenchmarkQuorumMark measures one recount for three and five replicas:
+// the leader runs two per log on every proposal and every answer.
+func BenchmarkQuorumMark(b *testing.B) {
+	for _, n := range []int{3, 5} {
+		held := make([]uint64, n)
+		counted := make([]bool, n)
+		for i := range held {
+			held[i], counted[i] = uint64(100+7*i%5), true
+		}
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var sink uint64
+			for i := 0; i < b.N; i++ {
+				sink += QuorumMark(0, held, counted, n/2+1)
+			}
+			if sink == 0 {
+				b.Fatal("no mark")
+			}
+		})
 	}
 }
