@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -83,5 +85,66 @@ func TestAppendAsyncUnansweredIsUnknown(t *testing.T) {
 	}
 	if _, err := p.Wait(context.Background()); !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("second Wait = %v, want the same unknown outcome", err)
+	}
+}
+
+// TestLoneAppendsAndQueuedOnesKeepOrder: a caller's lone request is
+// written on its own goroutine, the rest through the writer goroutine;
+// either way one goroutine's appends reach the broker in the order made,
+// here alternating lone synchronous appends with a pipelined pair.
+func TestLoneAppendsAndQueuedOnesKeepOrder(t *testing.T) {
+	fb := startFake(t, wire.HelloOK{Version: 1, Features: wire.FeatureTrimTag, MaxFrameSize: 1 << 20, MaxBatchRecords: 10})
+	c := dial(t, fb.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var nc net.Conn
+	next := byte('a')
+	answer := func(want byte) {
+		t.Helper()
+		f := <-fb.frames
+		req, err := wire.DecodeAppend(f.Body)
+		if err != nil || req.Records[0].Payload[0] != want {
+			t.Fatalf("got %q %v, want payload %q", req.Records[0].Payload, err, want)
+		}
+		if nc == nil {
+			nc = <-fb.conn
+		}
+		_ = wire.WriteFrame(nc, wire.Frame{Type: wire.MsgAppendOK, ReqID: f.ReqID,
+			Body: wire.EncodeAppendOK(wire.AppendOK{First: uint64(want), Tail: uint64(want) + 1})})
+	}
+	rec := func() []record.Record {
+		r := []record.Record{{Payload: []byte{next}}}
+		next++
+		return r
+	}
+	for round := 0; round < 3; round++ {
+		want := next
+		done := make(chan error, 1)
+		go func(r []record.Record) {
+			ok, err := c.Append(ctx, shard, r, nil)
+			if err == nil && ok.First != uint64(want) {
+				err = fmt.Errorf("answer %+v, want first %d", ok, want)
+			}
+			done <- err
+		}(rec())
+		answer(want)
+		if err := <-done; err != nil {
+			t.Fatalf("synchronous append %q: %v", want, err)
+		}
+		p1, err := c.AppendAsync(ctx, shard, rec(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2, err := c.AppendAsync(ctx, shard, rec(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer(want + 1)
+		answer(want + 2)
+		for i, p := range []*client.PendingAppend{p1, p2} {
+			if ok, err := p.Wait(ctx); err != nil || ok.First != uint64(want)+1+uint64(i) {
+				t.Fatalf("pipelined append %d of round %d: %+v %v", i, round, ok, err)
+			}
+		}
 	}
 }

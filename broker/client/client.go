@@ -67,6 +67,15 @@ type Client struct {
 	out  chan []byte
 	done chan struct{} // closed when the connection is finished
 
+	// wmu guards bw, the connection's write buffer: the writer goroutine
+	// writes queued frames through it, and a lone request is written by
+	// its caller (send). queued counts frames put on out and not yet
+	// written: a caller writes directly only when it is zero, so frames
+	// go out in the order they were sent.
+	wmu    sync.Mutex
+	bw     *bufio.Writer
+	queued atomic.Int32
+
 	mu      sync.Mutex
 	nextID  uint32
 	pending map[uint32]chan wire.Frame
@@ -149,7 +158,8 @@ func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) 
 	if limit == 0 {
 		limit = 2 * max(hello.MaxFrameSize, wire.DefaultMaxFrameSize)
 	}
-	c := &Client{nc: nc, hello: hello, out: make(chan []byte, 256), done: make(chan struct{}), pending: map[uint32]chan wire.Frame{}}
+	c := &Client{nc: nc, hello: hello, out: make(chan []byte, 256), done: make(chan struct{}), pending: map[uint32]chan wire.Frame{},
+		bw: bufio.NewWriterSize(nc, 64<<10)}
 	go c.writeLoop()
 	go c.readLoop(br, limit)
 	return c, nil
@@ -203,11 +213,14 @@ func (c *Client) closedErr() error {
 }
 
 func (c *Client) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
 	for {
 		select {
 		case b := <-c.out:
-			if _, err := bw.Write(b); err != nil {
+			c.wmu.Lock()
+			_, err := c.bw.Write(b)
+			c.queued.Add(-1)
+			c.wmu.Unlock()
+			if err != nil {
 				c.finish(err)
 				return
 			}
@@ -218,7 +231,10 @@ func (c *Client) writeLoop() {
 				runtime.Gosched()
 			}
 			if len(c.out) == 0 {
-				if err := bw.Flush(); err != nil {
+				c.wmu.Lock()
+				err := c.bw.Flush()
+				c.wmu.Unlock()
+				if err != nil {
 					c.finish(err)
 					return
 				}
@@ -227,6 +243,26 @@ func (c *Client) writeLoop() {
 			return
 		}
 	}
+}
+
+// writeLone writes frame at once on the caller's goroutine when it is the
+// connection's only request in flight and no frame waits for the writer
+// goroutine (a synchronous caller): one hand-off less per request. It
+// reports false, having written nothing, otherwise.
+func (c *Client) writeLone(frame []byte, inFlight int) (bool, error) {
+	if inFlight != 1 || c.queued.Load() != 0 {
+		return false, nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.queued.Load() != 0 {
+		return false, nil
+	}
+	_, err := c.bw.Write(frame)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	return true, err
 }
 
 func (c *Client) readLoop(br *bufio.Reader, limit uint32) {
@@ -304,19 +340,29 @@ func (c *Client) send(ctx context.Context, build func(id uint32) ([]byte, error)
 	id := c.nextID
 	c.pending[id] = ch
 	c.countPending()
+	inFlight := len(c.pending)
 	c.mu.Unlock()
 	frame, err := build(id)
 	if err != nil {
 		c.forget(id)
 		return nil, err
 	}
+	if wrote, err := c.writeLone(frame, inFlight); wrote {
+		if err != nil {
+			c.finish(err) // the request may have reached the broker: its waiter reports the failure
+		}
+		return &waiter{c: c, id: id, ch: ch}, nil
+	}
+	c.queued.Add(1)
 	select {
 	case c.out <- frame:
 		return &waiter{c: c, id: id, ch: ch}, nil
 	case <-ctx.Done():
+		c.queued.Add(-1)
 		c.forget(id)
 		return nil, ctx.Err()
 	case <-c.done:
+		c.queued.Add(-1)
 		return nil, c.closedErr()
 	}
 }

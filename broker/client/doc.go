@@ -3,7 +3,11 @@
 // One Client holds one connection and pipelines: any number of goroutines
 // may call it at once, each request is written as soon as it is made and
 // answers are matched by request id, so many requests are in flight on the
-// one connection. Every call honours its context's deadline.
+// one connection. Every call honours its context's deadline. A request
+// made while nothing else is in flight (a synchronous caller) is written
+// on the caller's goroutine; others go through the connection's writer
+// goroutine, which gathers those made together into one write. Requests
+// made one after another by one goroutine are written in that order.
 //
 // The client never retries. In particular a conditional append or trim whose
 // answer was lost (deadline, broken connection) fails with an error matching
