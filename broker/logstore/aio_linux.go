@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -102,8 +103,11 @@ func (a *aioFile) writeAt(b []byte, off int64) error {
 	cbs := [1]*iocb{&a.cb}
 	for {
 		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
-		if e == unix.EINTR || e == unix.EAGAIN {
+		if e == unix.EINTR {
 			continue
+		}
+		if e == unix.EAGAIN {
+			return errAIOBusy // nothing was submitted
 		}
 		if e != 0 {
 			return fmt.Errorf("io_submit: %w", e)
@@ -114,6 +118,7 @@ func (a *aioFile) writeAt(b []byte, off int64) error {
 		break
 	}
 	res, err := a.wait()
+	runtime.KeepAlive(b) // the kernel read b until the completion was reaped
 	if err != nil {
 		return err
 	}
@@ -125,6 +130,10 @@ func (a *aioFile) writeAt(b []byte, off int64) error {
 	}
 	return nil
 }
+
+// errAIOBusy: the kernel had no room for the write (io_submit's EAGAIN)
+// and nothing was submitted; the caller writes with pwrite instead.
+var errAIOBusy = errors.New("logstore: native AIO queue full")
 
 // wait reaps the one write in flight and returns its result. It parks on
 // the eventfd until the kernel signals a completion; if the eventfd

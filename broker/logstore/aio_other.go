@@ -16,6 +16,8 @@ func newAIOFile(*os.File) (*aioFile, error) { return nil, errNoAIO }
 
 func probeAIO() error { return errNoAIO }
 
+var errAIOBusy = errors.New("logstore: native AIO queue full")
+
 func (*aioFile) writeAt([]byte, int64) error { return errors.ErrUnsupported }
 
 func (*aioFile) close() error { return nil }

@@ -105,7 +105,9 @@ func alignedBuf(n int) []byte {
 // write puts the aligned buf at off, durable on return.
 func (w *directWriter) write(buf []byte, off int64) error {
 	if w.aio != nil {
-		return w.aio.writeAt(buf, off)
+		if err := w.aio.writeAt(buf, off); !errors.Is(err, errAIOBusy) {
+			return err
+		}
 	}
 	_, err := w.f.WriteAt(buf, off)
 	return err
