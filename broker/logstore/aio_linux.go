@@ -23,7 +23,7 @@ import (
 // the write runs in the kernel while the goroutine parks in Go's network
 // poller on an eventfd the kernel signals at completion, so no thread
 // blocks. Native AIO (not io_uring) because container runtimes' default
-// seccomp profiles allow it.
+// seccomp profiles allow it; recent ones refuse io_uring.
 
 // aioFile submits one write at a time to a file opened with O_DIRECT and
 // waits for it without blocking a thread. Not safe for concurrent use.
