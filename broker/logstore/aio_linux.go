@@ -37,19 +37,21 @@ type aioFile struct {
 
 // iocb and ioEvent are the kernel's struct iocb and struct io_event
 // (include/uapi/linux/aio_abi.h) on little-endian 64-bit machines.
+// Fields the writes leave zero are blank: aio_data, aio_key,
+// aio_rw_flags, aio_reqprio and aio_reserved2.
 type iocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   uint32
-	opcode    uint16
-	reqprio   int16
-	fildes    uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	_      uint64 // aio_data
+	_      uint32 // aio_key
+	_      uint32 // aio_rw_flags
+	opcode uint16
+	_      int16 // aio_reqprio
+	fildes uint32
+	buf    uint64
+	nbytes uint64
+	offset int64
+	_      uint64 // aio_reserved2
+	flags  uint32
+	resfd  uint32
 }
 
 type ioEvent struct {
