@@ -22,8 +22,6 @@ func TestAIOStructLayout(t *testing.T) {
 		{"iocb.aio_buf", unsafe.Offsetof(cb.buf), 24},
 		{"iocb.aio_nbytes", unsafe.Offsetof(cb.nbytes), 32},
 		{"iocb.aio_offset", unsafe.Offsetof(cb.offset), 40},
-		{"iocb.aio_flags", unsafe.Offsetof(cb.flags), 56},
-		{"iocb.aio_resfd", unsafe.Offsetof(cb.resfd), 60},
 		{"sizeof(io_event)", unsafe.Sizeof(ev), 32},
 		{"io_event.res", unsafe.Offsetof(ev.res), 16},
 	} {
