@@ -27,9 +27,11 @@ import (
 // new sectors holds them unchanged. The padding is zeros where the file
 // already holds zeros, and zeros end a replay.
 
-// Where the kernel offers native AIO the write is submitted asynchronously
-// and the goroutine waits without blocking a thread (aio_linux.go); the
-// bytes written and the guarantees are the same either way.
+// Where the kernel offers native AIO the write is submitted with io_submit
+// and reaped with io_getevents (aio_linux.go), so the kernel's completion
+// worker issues the flush and the caller's thread sleeps once per write
+// instead of twice; the bytes written and the guarantees are the same
+// either way.
 
 // directBlock is the alignment of direct writes: the file system's block,
 // a multiple of every device's logical block.
