@@ -69,21 +69,29 @@ const iocbCmdPwrite = 1 // IOCB_CMD_PWRITE
 // io_setup, the system's aio-max-nr reached); the caller then writes with
 // pwrite.
 func newAIOFile(f *os.File) (*aioFile, error) {
-	var ctx uintptr
-	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
-		return nil, fmt.Errorf("io_setup: %w", e)
+	ctx, err := ioSetup()
+	if err != nil {
+		return nil, err
 	}
 	return &aioFile{ctx: ctx, fd: f.Fd()}, nil
 }
 
 // probeAIO reports why native AIO cannot be used here, or nil.
 func probeAIO() error {
+	ctx, err := ioSetup()
+	if err == nil {
+		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+	}
+	return err
+}
+
+// ioSetup creates an AIO context for one write in flight.
+func ioSetup() (uintptr, error) {
 	var ctx uintptr
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
-		return fmt.Errorf("io_setup: %w", e)
+		return 0, fmt.Errorf("io_setup: %w", e)
 	}
-	_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
-	return nil
+	return ctx, nil
 }
 
 // writeAt writes all of b at off and returns once the write is complete
