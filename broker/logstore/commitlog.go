@@ -506,7 +506,7 @@ func (c *commitLog) sync() error {
 func (c *commitLog) rotate() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old, oldSeq := c.f, c.seq.Load()
+	old, oldDirect, oldSeq := c.f, c.direct, c.seq.Load()
 	c.seq.Store(oldSeq + 1)
 	if err := c.create(); err != nil {
 		c.seq.Store(oldSeq)
@@ -515,7 +515,7 @@ func (c *commitLog) rotate() error {
 	oldPath := filepath.Join(c.dir, commitLogName(oldSeq))
 	info, err := old.Stat()
 	recycle := err == nil && info.Size() >= commitLogMaxBytes
-	closeErr := old.Close()
+	closeErr := closeFile(old, oldDirect)
 	recycle = recycle && closeErr == nil
 	if recycle {
 		err = os.Rename(oldPath, filepath.Join(c.dir, commitLogRecycled))
@@ -529,6 +529,16 @@ func (c *commitLog) rotate() error {
 		c.keepRecycled()
 	}
 	return errors.Join(closeErr, err)
+}
+
+// closeFile closes a commit-log file and, when it took direct writes, the
+// writer's native AIO context with it (each context holds kernel memory
+// and counts against the system's fs.aio-max-nr until destroyed).
+func closeFile(f *os.File, direct *directWriter) error {
+	if direct != nil {
+		return direct.close() // direct.f is f
+	}
+	return f.Close()
 }
 
 // keepRecycled makes the file just renamed to commitLogRecycled the spare.
@@ -559,7 +569,7 @@ func (c *commitLog) close() error {
 	c.prep.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	err := c.f.Close()
+	err := closeFile(c.f, c.direct)
 	if rerr := os.Remove(filepath.Join(c.dir, commitLogName(c.seq.Load()))); rerr != nil {
 		err = errors.Join(err, rerr)
 	}

@@ -607,3 +607,37 @@ func inode(t *testing.T, path string) uint64 {
 	}
 	return st.Ino
 }
+
+// A rotation releases the retired file's direct writer, native AIO context
+// included, and closing the store releases the current one: a broker that
+// rotates for months must not run out of AIO contexts (fs.aio-max-nr) or
+// leak the kernel memory each one holds.
+func TestCommitLogRotationReleasesTheDirectWriter(t *testing.T) {
+	s := openTest(t, Options{Fsync: FsyncOnCommit})
+	other := mustLog(t, s, record.LogID{ShardID: record.ShardID{Stream: "filler"}, Log: record.LogData})
+	fillToSpare(t, s, other)
+	checkpoint(t, s) // onto the spare written ahead: direct writes
+	s.cl.mu.RLock()
+	first := s.cl.direct
+	s.cl.mu.RUnlock()
+	if first == nil {
+		if directSupported(s.cl.dir) {
+			t.Fatal("the file written ahead does not take direct writes")
+		}
+		t.Skip("no O_DIRECT on this file system")
+	}
+	mustAppend(t, other, data("on the direct file"), nil)
+	checkpoint(t, s)
+	if !first.closed {
+		t.Fatal("the retired file's direct writer (and its AIO context) was not released")
+	}
+	s.cl.mu.RLock()
+	current := s.cl.direct
+	s.cl.mu.RUnlock()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if current != nil && !current.closed {
+		t.Fatal("Close did not release the current file's direct writer")
+	}
+}

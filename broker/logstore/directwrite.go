@@ -44,6 +44,8 @@ type directWriter struct {
 	aio  *aioFile          // nil: blocking pwrite
 	tail [directBlock]byte // the partial block at the end of the frames
 	buf  []byte            // aligned scratch space, reused
+	// closed: close has run (the file and its AIO context are released).
+	closed bool
 }
 
 // openDirect opens path for direct synchronous writes, submitted through
@@ -115,7 +117,13 @@ func (w *directWriter) write(buf []byte, off int64) error {
 	return err
 }
 
+// close releases the AIO context, if any, and closes the file; a second
+// call does nothing.
 func (w *directWriter) close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
 	var err error
 	if w.aio != nil {
 		err = w.aio.close()
