@@ -69,6 +69,15 @@ const (
 	spareAfterBytes   = 4 << 20 // frames in a file before the next spare is prepared
 	opSet             = 0
 	opDelete          = 1
+	// opSetRef sets the key to a ref to the value's bytes where they lie
+	// in this file (ref.go); the value is the batch.
+	opSetRef = 2
+	// frameHeadLen is the bytes of a frame before its first entry: length,
+	// checksum and the entry count, written in frameCountLen bytes so that
+	// every entry's position is known before the frame is complete.
+	frameHeadLen  = 8 + frameCountLen
+	frameCountLen = 3
+	maxFrameCount = 1<<(7*frameCountLen) - 1
 )
 
 type commitLog struct {
@@ -91,6 +100,17 @@ type commitLog struct {
 	// last sync (the syncer sets and clears it; sync reads it under mu's
 	// read lock).
 	dirty atomic.Bool
+	// durableSize is the bytes of f's frames known durable (written
+	// directly, or synced): changed under mu, read without it by reads
+	// that check a batch is durable before they read it. durableCond, on
+	// mu, signals its growth and a failed write (failed set).
+	// Checkpoints and such reads wait on it (waitDurable).
+	durableSize atomic.Int64
+	failed      error
+	durableCond *sync.Cond
+	// keep reports whether file seq holds batches a ref points to, so
+	// that a rotation or close must keep it; nil keeps nothing.
+	keep func(seq uint64) bool
 
 	// The spare file written ahead: ready once preparing is done; spareMu
 	// guards both; prep waits for the preparing goroutine.
@@ -160,51 +180,87 @@ func listCommitLogs(dir string) ([]clFile, error) {
 	return files, nil
 }
 
-// replayCommitLogs applies every intact frame of the files in dir to db,
-// syncs db and removes the files (and spares left by a crash, unread). It
-// returns the next sequence number.
-func replayCommitLogs(db *badger.DB, dir string) (next uint64, frames int, err error) {
+// replayCommitLogs applies to db every intact frame of the files in dir
+// from the replay marker on (replayMarkKey; every file when there is
+// none), syncs db and removes the spares left by a crash, unread. It
+// returns the next sequence number and the files found: all of their
+// frames are in badger now, and the caller removes those that no ref
+// points into.
+func replayCommitLogs(db *badger.DB, dir string) (next uint64, files []clFile, frames int, err error) {
 	for _, spare := range []string{commitLogSpare, commitLogRecycled} {
 		if err := os.Remove(filepath.Join(dir, spare)); err != nil && !os.IsNotExist(err) {
-			return 0, 0, fmt.Errorf("logstore: remove the commit log spare: %w", err)
+			return 0, nil, 0, fmt.Errorf("logstore: remove the commit log spare: %w", err)
 		}
 	}
-	files, err := listCommitLogs(dir)
+	from, err := readReplayMark(db)
 	if err != nil {
-		return 0, 0, fmt.Errorf("logstore: list commit logs: %w", err)
+		return 0, nil, 0, err
 	}
+	files, err = listCommitLogs(dir)
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("logstore: list commit logs: %w", err)
+	}
+	next = from
+	replayed := false
 	for _, f := range files {
-		n, err := replayCommitLog(db, filepath.Join(dir, f.name()), f.seed())
+		next = max(next, f.seq+1)
+		if f.seq < from {
+			continue // a checkpoint put its frames in badger
+		}
+		n, err := replayCommitLog(db, filepath.Join(dir, f.name()), f)
 		frames += n
 		if err != nil {
-			return 0, frames, err
+			return 0, nil, frames, err
 		}
-		next = f.seq + 1
+		replayed = true
 	}
-	if len(files) == 0 {
-		return 0, 0, nil
-	}
-	if err := db.Sync(); err != nil {
-		return 0, frames, fmt.Errorf("logstore: sync after replay: %w", err)
-	}
-	for _, f := range files {
-		if err := os.Remove(filepath.Join(dir, f.name())); err != nil {
-			return 0, frames, fmt.Errorf("logstore: remove replayed commit log: %w", err)
+	if replayed {
+		if err := db.Sync(); err != nil {
+			return 0, nil, frames, fmt.Errorf("logstore: sync after replay: %w", err)
 		}
 	}
-	return next, frames, syncDir(dir)
+	return next, files, frames, nil
 }
 
-// replayCommitLog applies the frames of the file at path, checksummed from
-// seed, up to the first one that does not check.
-func replayCommitLog(db *badger.DB, path string, seed uint32) (int, error) {
+// readReplayMark returns the first commit-log file a replay reads: 0
+// (every file) if no checkpoint recorded one.
+func readReplayMark(db *badger.DB) (uint64, error) {
+	var seq uint64
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(replayMarkKey())
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("%w: replay marker of %d bytes", errCorrupt, len(v))
+			}
+			seq = binary.BigEndian.Uint64(v)
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("logstore: read the commit-log replay marker: %w", err)
+	}
+	return seq, nil
+}
+
+func encodeReplayMark(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// replayCommitLog applies the frames of file f at path up to the first
+// one that does not check.
+func replayCommitLog(db *badger.DB, path string, f clFile) (int, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("logstore: read commit log: %w", err)
 	}
+	seed := f.seed()
 	n := 0
-	for len(b) >= 8 {
-		body, rest, ok := nextFrame(b, seed)
+	for pos := 0; len(b)-pos >= 8; {
+		body, rest, ok := nextFrame(b[pos:], seed)
 		if !ok {
 			break // torn or corrupt tail: never acknowledged
 		}
@@ -212,13 +268,76 @@ func replayCommitLog(db *badger.DB, path string, seed uint32) (int, error) {
 		if err != nil {
 			break
 		}
+		if !setRefs(kvs, f.seq, int64(pos+8)) {
+			break
+		}
+		if err := keepNewerMarks(db, kvs); err != nil {
+			return n, fmt.Errorf("logstore: replay commit log %s: %w", filepath.Base(path), err)
+		}
 		if err := applyFrame(db, kvs); err != nil {
 			return n, fmt.Errorf("logstore: replay commit log %s: %w", filepath.Base(path), err)
 		}
 		n++
-		b = rest
+		pos = len(b) - len(rest)
 	}
 	return n, nil
+}
+
+// keepNewerMarks keeps a log's value-log marker from moving back when a
+// frame is replayed: badger may hold batches of transactions whose frames
+// never became durable (a crash between badger's commit and the frame's
+// write), and the marker it holds for them is where Log.repairLost must
+// start looking for batches lost with them. A marker entry at or below
+// the stored one is replayed as the stored one.
+func keepNewerMarks(db *badger.DB, kvs []frameEntry) error {
+	for i := range kvs {
+		e := &kvs[i]
+		if e.op != opSet || len(e.k) == 0 || e.k[0] != prefixVlogMark {
+			continue
+		}
+		replayed, err := decodeVlogMark(e.v)
+		if err != nil {
+			continue // applied as it is; load reads past a marker it cannot decode
+		}
+		err = db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(e.k)
+			if err != nil {
+				return err
+			}
+			return item.Value(func(v []byte) error {
+				if stored, err := decodeVlogMark(v); err == nil && stored > replayed {
+					e.v = append([]byte(nil), v...)
+				}
+				return nil
+			})
+		})
+		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// setRefs turns each opSetRef entry of a frame whose body starts at offset
+// bodyAt of file seq into a set of the ref to its value, as the writer
+// stored it. It reports false if such a value is not a batch.
+func setRefs(kvs []frameEntry, seq uint64, bodyAt int64) bool {
+	for i := range kvs {
+		e := &kvs[i]
+		if e.op != opSetRef {
+			continue
+		}
+		if len(e.v) < batchHeaderLen {
+			return false
+		}
+		e.op, e.v = opSet, encodeRef(refTo(seq, bodyAt+int64(e.at), e.v))
+	}
+	return true
+}
+
+// refTo is the ref to batch, stored at off in commit-log file seq.
+func refTo(seq uint64, off int64, batch []byte) batchRef {
+	return batchRef{seq: seq, off: off, n: uint32(len(batch)), crc: binary.LittleEndian.Uint32(batch[1:5])}
 }
 
 // nextFrame splits the first frame off b if it is whole and its checksum,
@@ -241,6 +360,7 @@ func nextFrame(b []byte, seed uint32) (body, rest []byte, ok bool) {
 type frameEntry struct {
 	op   byte
 	k, v []byte
+	at   int // decoded entries: where v starts in the frame's body
 }
 
 // appendFrame appends kvs as one frame checksummed from seed (frameSeed of
@@ -253,7 +373,10 @@ func appendFrame(dst []byte, seed uint32, kvs []frameEntry) []byte {
 	dst = slices.Grow(dst, need)
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
-	dst = binary.AppendUvarint(dst, uint64(len(kvs)))
+	if len(kvs) > maxFrameCount {
+		panic(fmt.Sprintf("logstore: %d entries in one commit-log frame", len(kvs)))
+	}
+	dst = appendFrameCount(dst, len(kvs))
 	for _, e := range kvs {
 		dst = append(dst, e.op)
 		dst = binary.AppendUvarint(dst, uint64(len(e.k)))
@@ -267,6 +390,29 @@ func appendFrame(dst []byte, seed uint32, kvs []frameEntry) []byte {
 	return dst
 }
 
+// appendFrameCount appends n, below 1<<21, as a uvarint of exactly
+// frameCountLen bytes (a longer encoding than needed for small n, which
+// binary.Uvarint reads all the same), so that the entries of a frame start
+// at the same place whatever their number.
+func appendFrameCount(dst []byte, n int) []byte {
+	return append(dst, byte(n)|0x80, byte(n>>7)|0x80, byte(n>>14))
+}
+
+// frameEntryLen is the encoded size of an entry with key k and a value of
+// vlen bytes; its value starts frameEntryLen(k, vlen) - vlen bytes after
+// the entry.
+func frameEntryLen(k []byte, vlen int) int {
+	return 1 + uvarintLen(len(k)) + len(k) + uvarintLen(vlen) + vlen
+}
+
+func uvarintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
+}
+
 func decodeFrame(body []byte) ([]frameEntry, error) {
 	d := decoder{b: body}
 	n := d.uvarint()
@@ -277,11 +423,20 @@ func decodeFrame(body []byte) ([]frameEntry, error) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		op := d.byte()
 		k := d.bytes()
-		v := d.bytes()
-		if op > opDelete {
+		vlen := d.uvarint()
+		at := len(body) - len(d.b)
+		if d.err == nil && vlen > uint64(len(d.b)) {
+			d.fail("value")
+		}
+		if op > opSetRef {
 			d.fail("op")
 		}
-		out = append(out, frameEntry{op: op, k: k, v: v})
+		if d.err != nil {
+			break
+		}
+		v := d.b[:vlen:vlen]
+		d.b = d.b[vlen:]
+		out = append(out, frameEntry{op: op, k: k, v: v, at: at})
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("%w: commit log frame: %v", errCorrupt, d.err)
@@ -315,6 +470,7 @@ func openCommitLog(dir string, seq uint64) (*commitLog, error) {
 		return nil, fmt.Errorf("logstore: commit log dir: %w", err)
 	}
 	c := &commitLog{dir: dir}
+	c.durableCond = sync.NewCond(&c.mu)
 	c.seq.Store(seq)
 	if err := c.create(); err != nil {
 		return nil, err
@@ -357,6 +513,7 @@ func (c *commitLog) create() error {
 	}
 	c.f, c.spareAsked, c.direct = f, false, direct
 	c.size.Store(0)
+	c.durableSize.Store(0)
 	c.ahead.Store(ahead)
 	return nil
 }
@@ -405,13 +562,20 @@ func writeSpare(path string, closed func() bool) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	zeros := make([]byte, 1<<20)
+	// The zeros go around the page cache where the file system allows it:
+	// through it they would take 64 MiB of new pages, which cost ten
+	// times recycled ones on virtual machines (docs/performance.md).
+	w, zeros := f, make([]byte, 1<<20)
+	if d, derr := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0); derr == nil {
+		defer d.Close()
+		w, zeros = d, alignedBuf(1<<20)
+	}
 	for off := int64(0); off < commitLogMaxBytes && err == nil; off += int64(len(zeros)) {
 		if closed() {
 			err = errSpareAbandoned
 			break
 		}
-		_, err = f.WriteAt(zeros, off)
+		_, err = w.WriteAt(zeros, off)
 	}
 	if err == nil {
 		err = unix.Fdatasync(int(f.Fd()))
@@ -427,24 +591,35 @@ func writeSpare(path string, closed func() bool) (*os.File, error) {
 // current returns the sequence number of the file frames go to now.
 func (c *commitLog) current() uint64 { return c.seq.Load() }
 
-// writeFrames appends frames built for file seq: durable on return when
-// the file takes direct writes, else in the page cache until sync. If a
-// checkpoint started a newer file since, the frames are dropped: that
-// checkpoint synced badger after they committed.
-func (c *commitLog) writeFrames(frames []byte, seq uint64) error {
+// writeFrames writes frames at offset base of file seq, where the writer
+// placed them: durable on return when the file takes direct writes, else
+// in the page cache until sync. Frames placed anywhere but at the end of
+// the current file fail the commit log (a checkpoint waits for every
+// frame of its file, so that never happens).
+func (c *commitLog) writeFrames(frames []byte, seq uint64, base int64) error {
 	if c == nil || len(frames) == 0 {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seq.Load() != seq {
-		return nil
+	if c.failed != nil {
+		return c.failed
+	}
+	size := c.size.Load()
+	if c.seq.Load() != seq || size != base {
+		// The writer placed these frames (and the refs into them) at
+		// base of file seq: writing them anywhere else would make those
+		// refs point at other bytes.
+		c.failed = fmt.Errorf("logstore: commit log frames for file %d at %d, but file %d is at %d", seq, base, c.seq.Load(), size)
+		c.durableCond.Broadcast()
+		return c.failed
 	}
 	var err error
-	size := c.size.Load()
 	if c.direct != nil {
 		if err = c.direct.writeAt(frames, size); err == nil {
 			size += int64(len(frames))
+			c.durableSize.Store(size)
+			c.durableCond.Broadcast()
 		}
 	} else {
 		var n int
@@ -460,9 +635,42 @@ func (c *commitLog) writeFrames(frames []byte, seq uint64) error {
 		c.prepareSpare()
 	}
 	if err != nil {
-		return fmt.Errorf("logstore: write commit log: %w", err)
+		c.failed = fmt.Errorf("logstore: write commit log: %w", err)
+		c.durableCond.Broadcast()
+		return c.failed
 	}
 	return nil
+}
+
+// fail stops the commit log: nothing more is written, and checkpoints
+// waiting for durability return err.
+func (c *commitLog) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed == nil {
+		c.failed = err
+	}
+	c.durableCond.Broadcast()
+}
+
+// waitDurable waits until the frames of file seq up to end are durable:
+// written and synced by the syncer. It returns at once if seq is not the
+// current file, and with the error of a failed write.
+func (c *commitLog) waitDurable(seq uint64, end int64) error {
+	if c.seq.Load() != seq || c.durableSize.Load() >= end {
+		// Durable (a file is retired only once all of it is), and no
+		// need to wait for the syncer's write in progress to find out.
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.failed == nil && c.seq.Load() == seq && c.durableSize.Load() < end {
+		c.durableCond.Wait()
+	}
+	if c.seq.Load() != seq || c.durableSize.Load() >= end {
+		return nil
+	}
+	return c.failed
 }
 
 // full reports whether the store should checkpoint and rotate: the file
@@ -481,25 +689,31 @@ func (c *commitLog) full() bool {
 	return c.spare != nil
 }
 
-// sync makes every frame written so far durable. Frames written directly
-// already are; frames in a file a checkpoint has since replaced are too
-// (the checkpoint synced badger), so only the current file's page-cache
+// sync makes every frame written so far durable. Frames written
+// directly already are; a rotation waits until every frame of the file it
+// retires is durable (waitDurable), so only the current file's page-cache
 // writes need the fdatasync.
 func (c *commitLog) sync() error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.dirty.Swap(false) {
 		return nil
 	}
 	if err := unix.Fdatasync(int(c.f.Fd())); err != nil {
-		return fmt.Errorf("logstore: fdatasync commit log: %w", err)
+		c.failed = fmt.Errorf("logstore: fdatasync commit log: %w", err)
+		c.durableCond.Broadcast()
+		return c.failed
 	}
+	c.durableSize.Store(c.size.Load())
+	c.durableCond.Broadcast()
 	return nil
 }
 
-// rotate starts a new file and retires the old one: recycled as the next
-// spare when it is full size, removed otherwise. The caller has synced
-// badger, so nothing in the old file is needed. The retirement is made
+// rotate starts a new file and retires the old one: kept while refs point
+// into it, else recycled as the next spare when it is full size and
+// removed otherwise. The caller has waited until the old file's frames
+// are durable and synced badger, so a replay needs nothing in the old
+// file. The retirement is made
 // durable (the directory is synced) before rotate returns: callers go on
 // to delete data that no commit-log frame records, and an old file that
 // came back under its name after a crash would be replayed over it.
@@ -513,10 +727,14 @@ func (c *commitLog) rotate() error {
 		return err
 	}
 	oldPath := filepath.Join(c.dir, commitLogName(oldSeq))
-	info, err := old.Stat()
-	recycle := err == nil && info.Size() >= commitLogMaxBytes
 	closeErr := closeFile(old, oldDirect)
-	recycle = recycle && closeErr == nil
+	if c.keep != nil && c.keep(oldSeq) {
+		// Refs point into it: it stays, read through refFiles, until
+		// no log holds a batch in it (Store.retireFilesLocked).
+		return closeErr
+	}
+	info, err := os.Stat(oldPath)
+	recycle := err == nil && info.Size() >= commitLogMaxBytes && closeErr == nil
 	if recycle {
 		err = os.Rename(oldPath, filepath.Join(c.dir, commitLogRecycled))
 	} else {
@@ -560,8 +778,8 @@ func (c *commitLog) keepRecycled() {
 	c.spare = f
 }
 
-// close removes the current file and the spare; the caller has synced
-// badger.
+// close removes the current file, unless refs point into it, and the
+// spare; the caller has synced badger.
 func (c *commitLog) close() error {
 	c.spareMu.Lock()
 	c.closed = true
@@ -570,8 +788,10 @@ func (c *commitLog) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := closeFile(c.f, c.direct)
-	if rerr := os.Remove(filepath.Join(c.dir, commitLogName(c.seq.Load()))); rerr != nil {
-		err = errors.Join(err, rerr)
+	if c.keep == nil || !c.keep(c.seq.Load()) {
+		if rerr := os.Remove(filepath.Join(c.dir, commitLogName(c.seq.Load()))); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 	}
 	c.spareMu.Lock()
 	if c.spare != nil {

@@ -34,7 +34,13 @@ const (
 	envCrashMode  = "FELIX_LOGSTORE_CRASH_MODE"
 	envCrashFrom  = "FELIX_LOGSTORE_CRASH_VERIFY_FROM"
 	envCrashAhead = "FELIX_LOGSTORE_CRASH_AHEAD"
+	envCrashRefs  = "FELIX_LOGSTORE_CRASH_REFS"
 )
+
+// crashRefsThreshold is the value threshold of the crash rounds that keep
+// batches in the commit log: every batch of the rounds' records is kept
+// there.
+const crashRefsThreshold = 64
 
 // crashPayload is self-checking: 4 bytes of crc32c over the rest.
 func crashPayload(rng *rand.Rand) []byte {
@@ -102,7 +108,11 @@ func TestCrashChild(t *testing.T) {
 		os.Exit(3)
 	}
 	vt, _ := strconv.ParseInt(os.Getenv("FELIX_CRASH_VALUE_THRESHOLD"), 10, 64)
-	s, err := Open(Options{Dir: os.Getenv(envCrashDir), Fsync: mode, FsyncInterval: 20 * time.Millisecond, SegmentRecords: 1000, AutoCommit: true, ValueThreshold: vt})
+	refs := os.Getenv(envCrashRefs) == "1"
+	if refs {
+		vt = crashRefsThreshold
+	}
+	s, err := Open(Options{Dir: os.Getenv(envCrashDir), Fsync: mode, FsyncInterval: 20 * time.Millisecond, SegmentRecords: 1000, AutoCommit: true, ValueThreshold: vt, CommitLogValues: refs})
 	if err != nil {
 		fmt.Printf("bad open %v\n", err)
 		os.Exit(3)
@@ -207,14 +217,17 @@ func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 		name   string
 		mode   FsyncMode
 		ahead  bool // kill while frames go to a file written ahead
+		refs   bool // batches kept in the commit log (Options.CommitLogValues)
 		rounds int
 	}
 	variants := []variant{
-		{FsyncOnCommit.String(), FsyncOnCommit, false, rounds},
-		{FsyncPeriodic.String(), FsyncPeriodic, false, rounds},
-		{FsyncNone.String(), FsyncNone, false, rounds},
+		{FsyncOnCommit.String(), FsyncOnCommit, false, false, rounds},
+		{FsyncPeriodic.String(), FsyncPeriodic, false, false, rounds},
+		{FsyncNone.String(), FsyncNone, false, false, rounds},
 		// Each round writes 4 MiB and a 64 MiB spare first: fewer rounds.
-		{"on-commit-written-ahead", FsyncOnCommit, true, max(rounds/5, 3)},
+		{"on-commit-written-ahead", FsyncOnCommit, true, false, max(rounds/5, 3)},
+		{"on-commit-refs", FsyncOnCommit, false, true, rounds},
+		{"on-commit-refs-written-ahead", FsyncOnCommit, true, true, max(rounds/5, 3)},
 	}
 	for _, v := range variants {
 		mode := v.mode
@@ -224,12 +237,15 @@ func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 			if v.ahead {
 				stream += 100
 			}
+			if v.refs {
+				stream += 200
+			}
 			rng := rand.New(rand.NewPCG(seed, stream))
 			dir := t.TempDir()
 			var ackedTail, verified uint64 // highest acknowledged tail; verified below
 			acks, direct := 0, 0
 			for round := 0; round < v.rounds; round++ {
-				tail, n, opened, d := crashRound(t, dir, mode, v.ahead, time.Duration(rng.IntN(40_000))*time.Microsecond, ackedTail, verified)
+				tail, n, opened, d := crashRound(t, dir, mode, v.ahead, v.refs, time.Duration(rng.IntN(40_000))*time.Microsecond, ackedTail, verified)
 				verified = opened
 				acks += n
 				if d {
@@ -243,7 +259,14 @@ func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 				}
 				ackedTail = max(ackedTail, tail)
 			}
-			s := openTest(t, Options{Dir: dir, Fsync: mode})
+			o := Options{Dir: dir, Fsync: mode}
+			if v.refs {
+				o.CommitLogValues, o.ValueThreshold = true, crashRefsThreshold
+			}
+			s := openTest(t, o)
+			if v.refs && len(s.pins) == 0 {
+				t.Fatal("no batch of the rounds was kept in the commit log")
+			}
 			tail, err := verifyCrashLog(mustLog(t, s, testLog), 0)
 			if err != nil || tail < ackedTail {
 				t.Fatalf("final verify: tail %d (acknowledged %d): %v", tail, ackedTail, err)
@@ -260,12 +283,15 @@ func TestCrash_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 // and returns max(the tail the child found on open, the highest acknowledged
 // tail it printed), the number of acknowledgements, and the open tail (all
 // below it verified).
-func crashRound(t *testing.T, dir string, mode FsyncMode, ahead bool, delay time.Duration, prevAcked, verified uint64) (uint64, int, uint64, bool) {
+func crashRound(t *testing.T, dir string, mode FsyncMode, ahead, refs bool, delay time.Duration, prevAcked, verified uint64) (uint64, int, uint64, bool) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envCrashChild+"=1", envCrashDir+"="+dir, envCrashMode+"="+mode.String(), envCrashFrom+"="+strconv.FormatUint(verified, 10))
 	if ahead {
 		cmd.Env = append(cmd.Env, envCrashAhead+"=1")
+	}
+	if refs {
+		cmd.Env = append(cmd.Env, envCrashRefs+"=1")
 	}
 	direct := false
 	out, err := cmd.StdoutPipe()

@@ -62,16 +62,19 @@ func FuzzDecodeTrimEntry(f *testing.F) {
 }
 
 func FuzzDecodeLogMeta(f *testing.F) {
-	f.Add(encodeMeta(logMeta{num: 3, base: 10, segRecs: 64, start: 10, committed: 12}))
-	f.Add(encodeMeta(logMeta{num: 1, segRecs: 1, fenced: true, retention: RetentionPolicy{MaxAge: 5, MaxBytes: 9}}))
+	f.Add(encodeMeta(logMeta{num: 3, base: 10, segRecs: 64, start: 10, committed: 12}, false))
+	f.Add(encodeMeta(logMeta{num: 1, segRecs: 1, fenced: true, retention: RetentionPolicy{MaxAge: 5, MaxBytes: 9}}, false))
+	f.Add(encodeMeta(logMeta{num: 2, base: 4, segRecs: 8, start: 4}, true))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
 			return
 		}
-		m2, err := decodeMeta(encodeMeta(m))
-		if err != nil || m2 != m {
-			t.Fatalf("round trip: %+v %+v %v", m, m2, err)
+		for _, refs := range []bool{false, true} {
+			m2, err := decodeMeta(encodeMeta(m, refs))
+			if err != nil || m2 != m {
+				t.Fatalf("round trip (refs %t): %+v %+v %v", refs, m, m2, err)
+			}
 		}
 	})
 }
@@ -80,6 +83,7 @@ func FuzzParseKeys(f *testing.F) {
 	f.Add(catalogKey(testLog))
 	f.Add(dataKey(1, 2, 3))
 	f.Add(trimKey(1, 9))
+	f.Add(filePinKey(7, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if id, err := parseCatalogKey(b); err == nil {
 			if string(catalogKey(id)) != string(b) {
@@ -92,6 +96,9 @@ func FuzzParseKeys(f *testing.F) {
 			}
 		}
 		_, _ = parseTrimKey(b)
+		if seq, num, err := parseFilePinKey(b); err == nil && string(filePinKey(seq, num)) != string(b) {
+			t.Fatalf("pin key round trip: %x", b)
+		}
 	})
 }
 
@@ -141,4 +148,24 @@ func checkFrames(t *testing.T, b []byte, seed uint32) {
 		}
 		b = rest
 	}
+}
+
+func FuzzDecodeRef(f *testing.F) {
+	f.Add(encodeRef(batchRef{seq: 3, off: 4096, n: 1100, crc: 0xdeadbeef}))
+	f.Add([]byte{refTag, 1, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeRef(b)
+		if err != nil {
+			if isRef(b) {
+				t.Fatalf("isRef(%x) but decodeRef fails: %v", b, err)
+			}
+			return
+		}
+		if string(encodeRef(r)) != string(b) {
+			t.Fatalf("ref round trip: %x -> %+v", b, r)
+		}
+		if _, _, err := batchHeader(b); err == nil {
+			t.Fatalf("ref %x also decodes as a batch", b)
+		}
+	})
 }

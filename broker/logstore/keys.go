@@ -17,6 +17,8 @@ import (
 //	'x' | log number u32                                         -> trim index marker
 //	'v' | log number u32                                         -> last value-log batch
 //	'g'                                                          -> value-log GC under way
+//	'f' | commit-log file u64 | log number u32                   -> highest batch start of the log in the file
+//	'w'                                                          -> first commit-log file a replay reads
 //
 // A log number is a small integer the catalog assigns at creation, so data
 // keys stay short. A batch never straddles a segment: the writer splits an
@@ -30,6 +32,8 @@ const (
 	prefixTrimMark = 'x'
 	prefixVlogMark = 'v'
 	prefixGCMark   = 'g'
+	prefixFilePin  = 'f'
+	prefixReplay   = 'w'
 )
 
 const dataKeyLen = 1 + 4 + 8 + 8
@@ -106,3 +110,23 @@ func vlogMarkKey(num uint32) []byte { return logPrefix(prefixVlogMark, num) }
 // found on open, it says a crash interrupted one, and every batch of every
 // log is checked (Log.repairLost).
 func gcMarkKey() []byte { return []byte{prefixGCMark} }
+
+// filePinKey records that log num has batches in commit-log file seq (refs
+// to it, ref.go); its value is the highest first offset of those batches.
+func filePinKey(seq uint64, num uint32) []byte {
+	k := make([]byte, 0, 1+8+4)
+	k = append(k, prefixFilePin)
+	k = binary.BigEndian.AppendUint64(k, seq)
+	return binary.BigEndian.AppendUint32(k, num)
+}
+
+func parseFilePinKey(k []byte) (seq uint64, num uint32, err error) {
+	if len(k) != 1+8+4 || k[0] != prefixFilePin {
+		return 0, 0, errBadKey
+	}
+	return binary.BigEndian.Uint64(k[1:]), binary.BigEndian.Uint32(k[9:]), nil
+}
+
+// replayMarkKey holds the sequence number of the first commit-log file a
+// replay reads: every earlier file's frames are in badger, synced.
+func replayMarkKey() []byte { return []byte{prefixReplay} }

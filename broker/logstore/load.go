@@ -45,11 +45,15 @@ func (l *Log) load() error {
 		if err != nil {
 			return &record.CorruptError{Log: l.id, Offset: l.start, Reason: err.Error()}
 		}
-		v, err := rit.Item().ValueCopy(nil)
-		if err != nil {
+		v, err := l.s.batchValue(rit.Item())
+		if err != nil && !errors.Is(err, errCorrupt) {
 			return err
 		}
-		bfirst, recs, err := decodeBatch(v)
+		var bfirst uint64
+		var recs []record.Record
+		if err == nil {
+			bfirst, recs, err = decodeBatch(v)
+		}
 		if err != nil {
 			return &record.CorruptError{Log: l.id, Offset: keyFirst, Reason: "last batch: " + err.Error()}
 		}
@@ -142,10 +146,14 @@ func (l *Log) repairLost(full bool) error {
 			if err != nil {
 				return err
 			}
+			lost, err := l.s.lostValue(v, item.ValueSize())
+			if err != nil {
+				return err
+			}
 			switch {
-			case len(v) == 0 && item.ValueSize() > 0:
+			case lost:
 				k := item.KeyCopy(nil)
-				old, err := olderValue(txn, k, item.Version())
+				old, err := l.s.olderValue(txn, k, item.Version())
 				if err != nil {
 					return err
 				}
@@ -154,7 +162,7 @@ func (l *Log) repairLost(full bool) error {
 				} else {
 					cut = k
 				}
-			case stop == 0 && int64(len(v)) >= l.s.vlogThreshold:
+			case stop == 0 && (int64(len(v)) >= l.s.vlogThreshold || isRef(v)):
 				stop = item.Version()
 			}
 		}
@@ -212,9 +220,27 @@ func (l *Log) repairLost(full bool) error {
 	return nil
 }
 
+// lostValue reports whether a stored data value (of size bytes in badger)
+// was lost to a crash: badger reads a value-log value that did not reach
+// the disk as empty, and a ref whose frame did not as a batch that does
+// not check.
+func (s *Store) lostValue(v []byte, size int64) (bool, error) {
+	if len(v) == 0 {
+		return size > 0, nil
+	}
+	if !isRef(v) {
+		return false, nil
+	}
+	_, err := s.resolve(v)
+	if errors.Is(err, errCorrupt) {
+		return true, nil
+	}
+	return false, err
+}
+
 // olderValue returns the newest readable value of key older than version,
 // or nil if there is none (or the key was deleted before it).
-func olderValue(txn *badger.Txn, key []byte, version uint64) ([]byte, error) {
+func (s *Store) olderValue(txn *badger.Txn, key []byte, version uint64) ([]byte, error) {
 	it := txn.NewKeyIterator(key, badger.IteratorOptions{AllVersions: true})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
@@ -229,7 +255,11 @@ func olderValue(txn *badger.Txn, key []byte, version uint64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(v) > 0 {
+		lost, err := s.lostValue(v, item.ValueSize())
+		if err != nil {
+			return nil, err
+		}
+		if len(v) > 0 && !lost {
 			return v, nil
 		}
 	}

@@ -340,6 +340,8 @@ func (l *Log) wait(ctx context.Context, ready func() bool) error {
 func (l *Log) LastEpochAt(off uint64) (uint64, error) {
 	// Tail before the snapshot (appends publish after they commit), start
 	// after it (deletions change state before they commit).
+	l.s.readMu.RLock() // no commit-log file holding a batch goes meanwhile
+	defer l.s.readMu.RUnlock()
 	l.mu.Lock()
 	next := l.next
 	l.mu.Unlock()
@@ -420,7 +422,7 @@ func (l *Log) persistMeta(sync bool) error {
 	l.mu.Lock()
 	m := l.metaLocked()
 	l.mu.Unlock()
-	err := l.s.db.Update(func(txn *badger.Txn) error { return txn.Set(catalogKey(l.id), encodeMeta(m)) })
+	err := l.s.db.Update(func(txn *badger.Txn) error { return txn.Set(catalogKey(l.id), encodeMeta(m, l.s.refsFormat)) })
 	if err == nil && sync {
 		err = l.s.sync()
 	}

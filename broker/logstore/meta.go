@@ -46,7 +46,15 @@ type logMeta struct {
 	retention RetentionPolicy
 }
 
-func encodeMeta(m logMeta) []byte {
+// metaRefsVersion is the version of log metas in a store that keeps
+// batches in its commit log (ref.go). Brokers from before refs know only
+// metaVersion, so they refuse to open such a store (the log meta does not
+// decode) instead of misreading refs as corrupt batches or replaying and
+// removing the commit-log files that hold the batches.
+const metaRefsVersion = 2
+
+// encodeMeta encodes m; refs selects metaRefsVersion.
+func encodeMeta(m logMeta, refs bool) []byte {
 	b := binary.AppendUvarint(nil, uint64(m.num))
 	b = binary.AppendUvarint(b, m.base)
 	b = binary.AppendUvarint(b, m.segRecs)
@@ -59,10 +67,18 @@ func encodeMeta(m logMeta) []byte {
 	b = append(b, f)
 	b = binary.AppendVarint(b, int64(m.retention.MaxAge))
 	b = binary.AppendVarint(b, m.retention.MaxBytes)
-	return sealFrame(b)
+	v := sealFrame(b)
+	if refs {
+		v[0] = metaRefsVersion
+	}
+	return v
 }
 
+// decodeMeta decodes a log meta of either version.
 func decodeMeta(v []byte) (logMeta, error) {
+	if len(v) > 0 && v[0] == metaRefsVersion {
+		v = append([]byte{metaVersion}, v[1:]...)
+	}
 	body, err := openFrame(v)
 	if err != nil {
 		return logMeta{}, err

@@ -63,6 +63,10 @@ type Metrics interface {
 // collection (Store.CollectValueLog) after segments are deleted.
 const BrokerValueThreshold int64 = 1 << 10
 
+// DefaultCommitLogFiles is the default Options.CommitLogFiles: 64 files of
+// 64 MiB, 4 GiB of batches kept in the commit log.
+const DefaultCommitLogFiles = 64
+
 type Options struct {
 	// Dir is the badger directory. Required.
 	Dir string
@@ -106,6 +110,16 @@ type Options struct {
 	ValueThreshold int64
 	// BadgerLogging passes badger's own log lines to Logger at V(1).
 	BadgerLogging bool
+	// CommitLogValues keeps each batch of at least ValueThreshold bytes
+	// only in the commit log, with a ref to it in badger, instead of
+	// writing it to badger's value log as well (ref.go). FsyncOnCommit
+	// only. A store written with it must be opened by brokers that know
+	// refs.
+	CommitLogValues bool
+	// CommitLogFiles bounds the commit-log files kept for the batches in
+	// them under CommitLogValues: while more are kept, new batches go to
+	// badger's value log. Zero means DefaultCommitLogFiles.
+	CommitLogFiles int
 
 	// tune, if set, adjusts badger's options last (benchmarks compare
 	// settings with it).
@@ -130,6 +144,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.CommitLogFiles <= 0 {
+		o.CommitLogFiles = DefaultCommitLogFiles
 	}
 	if o.Metrics == nil {
 		o.Metrics = nopMetrics{}

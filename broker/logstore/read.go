@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"errors"
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -33,6 +34,8 @@ func (l *Log) read(from uint64, opts ReadOptions, raw bool) (ReadResult, error) 
 		return ReadResult{}, err
 	}
 	defer l.s.leave()
+	l.s.readMu.RLock() // no commit-log file holding a batch goes meanwhile
+	defer l.s.readMu.RUnlock()
 	// Appends publish their tail after they commit; deletions and
 	// truncations change the state before they commit. So: the end comes
 	// from state read before the snapshot, the start from state read after.
@@ -108,11 +111,15 @@ func (l *Log) readRange(txn *badger.Txn, from, end uint64, raw bool, opts ReadOp
 		if keyFirst > next {
 			return ReadResult{}, &record.CorruptError{Log: l.id, Offset: next, Reason: fmt.Sprintf("records %d..%d missing", next, keyFirst-1)}
 		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
+		v, err := l.s.batchValue(item)
+		if err != nil && !errors.Is(err, errCorrupt) {
 			return ReadResult{}, fmt.Errorf("logstore: read %s at %d: %w", l.id, keyFirst, err)
 		}
-		first, recs, err := decodeBatch(v)
+		var first uint64
+		var recs []record.Record
+		if err == nil {
+			first, recs, err = decodeBatch(v)
+		}
 		if err != nil {
 			return ReadResult{}, &record.CorruptError{Log: l.id, Offset: keyFirst, Reason: err.Error()}
 		}

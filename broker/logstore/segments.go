@@ -105,6 +105,8 @@ type segStat struct {
 // segmentStats sizes every stored segment with a key-only scan and decodes
 // each segment's last batch for its newest timestamp.
 func (l *Log) segmentStats() ([]segStat, error) {
+	l.s.readMu.RLock() // no commit-log file holding a batch goes meanwhile
+	defer l.s.readMu.RUnlock()
 	var out []segStat
 	err := l.s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(prefixData, l.num)})
@@ -119,7 +121,7 @@ func (l *Log) segmentStats() ([]segStat, error) {
 				out = append(out, segStat{seg: seg})
 			}
 			st := &out[len(out)-1]
-			st.bytes += item.ValueSize()
+			st.bytes += storedSize(item)
 			st.lastKey = item.KeyCopy(st.lastKey[:0])
 		}
 		it.Close()
@@ -129,11 +131,14 @@ func (l *Log) segmentStats() ([]segStat, error) {
 			if err != nil {
 				return err
 			}
-			v, err := item.ValueCopy(nil)
-			if err != nil {
+			v, err := l.s.batchValue(item)
+			if err != nil && !errors.Is(err, errCorrupt) {
 				return err
 			}
-			_, recs, err := decodeBatch(v)
+			var recs []record.Record
+			if err == nil {
+				_, recs, err = decodeBatch(v)
+			}
 			if err != nil {
 				_, first, _ := parseDataKey(st.lastKey)
 				return &record.CorruptError{Log: l.id, Offset: first, Reason: err.Error()}
@@ -170,7 +175,7 @@ func (l *Log) deleteBelow(ctx context.Context, boundary uint64) (DeleteResult, e
 				break
 			}
 			keys = append(keys, item.KeyCopy(nil))
-			bytes += item.ValueSize()
+			bytes += storedSize(item)
 		}
 		return nil
 	})
@@ -216,7 +221,7 @@ func (l *Log) deleteBelow(ctx context.Context, boundary uint64) (DeleteResult, e
 		if err := add(trimMarkKey(l.num), encodeTrimMark(uint64(len(kept))), false); err != nil {
 			return err
 		}
-		return add(catalogKey(l.id), encodeMeta(meta), false)
+		return add(catalogKey(l.id), encodeMeta(meta, l.s.refsFormat), false)
 	})
 	if err != nil {
 		err = fmt.Errorf("logstore: delete segments of %s: %w", l.id, err)
@@ -232,6 +237,11 @@ func (l *Log) deleteBelow(ctx context.Context, boundary uint64) (DeleteResult, e
 	l.s.opts.Metrics.ObserveDelete(int(res.Records), res.Bytes)
 	l.s.log.V(1).Info("deleted segments", "log", l.id.String(), "segments", res.Segments,
 		"records", res.Records, "bytes", res.Bytes, "start", boundary, "took", time.Since(t0))
+	if err := l.s.retireFilesLocked(); err != nil {
+		// The segments are gone; a file that stays only takes disk space
+		// until the next retirement.
+		l.s.log.Error(err, "commit-log files holding deleted batches stay")
+	}
 	return res, nil
 }
 

@@ -44,6 +44,28 @@ type Store struct {
 	failed error // a failed DB.Sync: every later write is refused
 
 	cl *commitLog // FsyncOnCommit only; see commitlog.go
+	// clNext is where the next frame goes in the current commit-log file:
+	// the writer places frames (and the refs into them) as it builds them,
+	// and the syncer writes each exactly there. Guarded by wmu.
+	clNext int64
+	// clRefs: batches written to the current file are kept only there
+	// (refs). Decided per file, when it starts, so that the batches a
+	// crash may leave behind the durable frames are all of one kind
+	// (Log.repairLost). Guarded by wmu.
+	clRefs bool
+
+	// refs reads batches kept in commit-log files (ref.go); pins maps each
+	// file holding such batches to the logs with batches there and the
+	// highest first offset of each (the filePinKey entries), guarded by
+	// wmu. readMu: reads hold it shared while they may resolve refs;
+	// removing a file holds it exclusively.
+	refs   *refFiles
+	pins   map[uint64]map[uint32]uint64
+	readMu sync.RWMutex
+	// refsFormat: the store may hold refs (CommitLogValues, or files kept
+	// from an earlier run), so log metas are written as metaRefsVersion.
+	// Fixed at open.
+	refsFormat bool
 
 	// vlogThreshold is badger's value threshold in effect: values of at
 	// least this many bytes go to its value log.
@@ -93,13 +115,21 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logstore: open badger in %s: %w", opts.Dir, err)
 	}
 	clDir := filepath.Join(opts.Dir, commitLogDir)
-	clSeq, frames, err := replayCommitLogs(db, clDir)
+	clSeq, clFiles, frames, err := replayCommitLogs(db, clDir)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	if frames > 0 {
 		opts.Logger.Info("replayed commit log", "frames", frames)
+	}
+	pins, err := loadPins(db)
+	if err == nil {
+		err = retireReplayed(db, clDir, clSeq, clFiles, pins)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	if opts.Fsync == FsyncOnCommit {
 		if err := probeAIO(); err != nil {
@@ -118,6 +148,15 @@ func Open(opts Options) (*Store, error) {
 		syncQ: make(chan *syncGroup, 1024),
 
 		vlogThreshold: bo.ValueThreshold,
+		refs:          newRefFiles(clDir),
+		pins:          pins,
+		refsFormat:    opts.CommitLogValues || len(pins) > 0,
+	}
+	if s.refsFormat {
+		if err := markRefsFormat(db); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	if s.gcInterrupted, err = hasKey(db, gcMarkKey()); err != nil {
 		_ = db.Close()
@@ -146,6 +185,8 @@ func Open(opts Options) (*Store, error) {
 			_ = db.Close()
 			return nil, err
 		}
+		s.cl.keep = s.pinned
+		s.clRefs = s.keepsRefs()
 	}
 	s.wg.Add(1)
 	go s.writer()
@@ -192,6 +233,7 @@ func (s *Store) Close() error {
 			errs = append(errs, fmt.Errorf("logstore: close commit log: %w", err))
 		}
 	}
+	s.refs.close()
 	if err := s.db.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("logstore: close badger: %w", err))
 	}
@@ -243,7 +285,7 @@ func (s *Store) CreateLog(id record.LogID, o LogOptions) (*Log, error) {
 	}
 	m := logMeta{num: s.nextNum, base: o.Base, segRecs: s.opts.SegmentRecords, start: o.Base, committed: o.Base}
 	err := s.db.Update(func(txn *badger.Txn) error {
-		if err := txn.Set(catalogKey(id), encodeMeta(m)); err != nil {
+		if err := txn.Set(catalogKey(id), encodeMeta(m, s.refsFormat)); err != nil {
 			return err
 		}
 		return txn.Set(trimMarkKey(m.num), encodeTrimMark(0))
@@ -361,13 +403,14 @@ func (s *Store) sync() error {
 }
 
 // syncCommitted makes the groups whose frames it is given durable: it
-// writes frames to commit-log file seq and syncs the commit log (one
-// direct write, or a write and an fdatasync). Only the syncer calls it,
-// under FsyncOnCommit, where the commit log is always open; it does not
-// depend on badger's commit of those groups having finished.
-func (s *Store) syncCommitted(frames []byte, seq uint64) error {
+// writes frames at offset base of commit-log file seq, where the writer
+// placed them, and syncs the commit log (one direct write, or a write and
+// an fdatasync). Only the syncer calls it, under FsyncOnCommit, where the
+// commit log is always open; it does not depend on badger's commit of
+// those groups having finished.
+func (s *Store) syncCommitted(frames []byte, seq uint64, base int64) error {
 	t := time.Now()
-	err := s.cl.writeFrames(frames, seq)
+	err := s.cl.writeFrames(frames, seq, base)
 	if err == nil {
 		err = s.cl.sync()
 	}
@@ -375,15 +418,30 @@ func (s *Store) syncCommitted(frames []byte, seq uint64) error {
 	return err
 }
 
-// checkpointLocked syncs badger and starts a new commit log, so no replay
-// can bring back what the caller is about to remove. Caller holds wmu.
+// checkpointLocked puts everything the commit log holds into badger,
+// synced, and starts a new commit-log file, so no replay can bring back
+// what the caller is about to remove: it waits until the current file's
+// frames are durable, records that replays start at the next file and
+// syncs badger with it, then rotates. Caller holds wmu.
 func (s *Store) checkpointLocked() error {
 	if s.cl == nil {
 		return nil
 	}
-	err := s.sync()
+	seq := s.cl.current()
+	err := s.cl.waitDurable(seq, s.clNext)
+	if err == nil {
+		err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(replayMarkKey(), encodeReplayMark(seq+1)) })
+	}
+	if err == nil {
+		err = s.sync()
+	}
 	if err == nil {
 		err = s.cl.rotate()
+	}
+	if err == nil {
+		s.clNext = 0
+		err = s.retireFilesLocked()
+		s.clRefs = s.keepsRefs()
 	}
 	if err != nil {
 		err = fmt.Errorf("logstore: checkpoint: %w", err)

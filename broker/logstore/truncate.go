@@ -52,7 +52,7 @@ func (l *Log) TruncateFrom(off uint64) error {
 				return &record.CorruptError{Log: l.id, Offset: off, Reason: err.Error()}
 			}
 			if first < off {
-				v, err := rit.Item().ValueCopy(nil)
+				v, err := l.s.batchValue(rit.Item())
 				if err != nil {
 					rit.Close()
 					return err
@@ -269,7 +269,7 @@ func (l *Log) ResetAt(off uint64) error {
 		if err := add(trimMarkKey(l.num), encodeTrimMark(0), false); err != nil {
 			return err
 		}
-		return add(catalogKey(l.id), encodeMeta(meta), false)
+		return add(catalogKey(l.id), encodeMeta(meta, l.s.refsFormat), false)
 	})
 	if err == nil {
 		err = l.s.sync()
@@ -280,5 +280,8 @@ func (l *Log) ResetAt(off uint64) error {
 		return err
 	}
 	l.s.log.V(1).Info("reset log", "log", l.id.String(), "at", off, "droppedFrom", oldStart, "droppedTo", oldNext, "batches", len(data))
+	if err := l.s.retireFilesLocked(); err != nil {
+		l.s.log.Error(err, "commit-log files holding dropped batches stay")
+	}
 	return nil
 }

@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -138,11 +139,33 @@ type txnBuild struct {
 	reqs    []*writeReq
 	bytes   int
 	entries int
-	frame   []frameEntry // for the commit log (FsyncOnCommit)
+	// The commit-log frame (FsyncOnCommit): its entries, the file it goes
+	// to, where in it the frame starts and how long it is so far, and
+	// whether batches may be kept in it (refs, Options.CommitLogValues).
+	frame    []frameEntry
+	clSeq    uint64
+	frameAt  int64
+	frameLen int
+	refs     bool
+	pins     map[uint32]uint64 // log number -> highest first offset kept in the file
 }
 
 func (s *Store) newTxnBuild() *txnBuild {
-	return &txnBuild{s: s, txn: s.db.NewTransaction(true), pend: map[*Log]*pendLog{}}
+	b := &txnBuild{s: s, txn: s.db.NewTransaction(true), pend: map[*Log]*pendLog{}}
+	if s.cl != nil {
+		b.clSeq, b.frameAt, b.frameLen = s.cl.current(), s.clNext, frameHeadLen
+		b.refs = s.clRefs
+	}
+	return b
+}
+
+// toFrame adds an entry to the commit-log frame and returns where its
+// value will lie in the file.
+func (b *txnBuild) toFrame(op byte, k, v []byte) int64 {
+	b.frame = append(b.frame, frameEntry{op: op, k: k, v: v})
+	n := frameEntryLen(k, len(v))
+	b.frameLen += n
+	return b.frameAt + int64(b.frameLen-len(v))
 }
 
 func (b *txnBuild) pendFor(l *Log) *pendLog {
@@ -273,16 +296,27 @@ func (l *Log) splitBatch(e *encodedBatch, first uint64) []kv {
 // add puts r's keys into the transaction and advances the pending state.
 func (b *txnBuild) add(r *writeReq, p *pendLog, kvs []kv) error {
 	for _, e := range kvs {
-		if err := b.txn.Set(e.k, e.v); err != nil {
-			return fmt.Errorf("logstore: write to %s: %w", r.log.id, err)
-		}
-		r.bytes += len(e.v)
+		stored, op := e.v, byte(opSet)
 		if int64(len(e.v)) >= b.s.vlogThreshold && e.k[0] == prefixData {
 			_, first, _ := parseDataKey(e.k)
 			p.vlogFirst, p.vlogSet = first, true
+			if b.refs {
+				// Kept only in the commit log: badger gets a ref to where
+				// the frame puts the batch.
+				op = opSetRef
+				stored = encodeRef(refTo(b.clSeq, b.toFrame(op, e.k, e.v), e.v))
+				if b.pins == nil {
+					b.pins = map[uint32]uint64{}
+				}
+				b.pins[r.log.num] = max(b.pins[r.log.num], first)
+			}
 		}
-		if b.s.cl != nil {
-			b.frame = append(b.frame, frameEntry{op: opSet, k: e.k, v: e.v})
+		if err := b.txn.Set(e.k, stored); err != nil {
+			return fmt.Errorf("logstore: write to %s: %w", r.log.id, err)
+		}
+		r.bytes += len(e.v)
+		if b.s.cl != nil && op == opSet {
+			b.toFrame(op, e.k, e.v)
 		}
 	}
 	switch {
@@ -335,16 +369,29 @@ func (b *txnBuild) commit() {
 			return
 		}
 		if b.s.cl != nil {
-			b.frame = append(b.frame, frameEntry{op: opSet, k: k, v: v})
+			b.toFrame(opSet, k, v)
 		}
+	}
+	// The pins land with the refs they account for (pins.go).
+	for num, first := range b.pins {
+		if !addPin(b.s.pins, b.clSeq, num, first) {
+			continue
+		}
+		k, v := filePinKey(b.clSeq, num), binary.BigEndian.AppendUint64(nil, b.s.pins[b.clSeq][num])
+		if err := b.txn.Set(k, v); err != nil {
+			b.abort(fmt.Errorf("logstore: write commit-log pin: %w", err))
+			return
+		}
+		b.toFrame(opSet, k, v)
 	}
 	var g *syncGroup
 	if b.s.opts.Fsync == FsyncOnCommit {
 		// The syncer writes and syncs the frame while badger commits the
 		// transaction; it publishes the requests once both are done.
 		g = &syncGroup{reqs: b.reqs, frame: b.frame, committed: make(chan struct{})}
-		if b.s.cl != nil {
-			g.clSeq = b.s.cl.current()
+		if b.s.cl != nil && len(b.frame) > 0 {
+			g.clSeq, g.frameAt, g.frameLen = b.clSeq, b.frameAt, b.frameLen
+			b.s.clNext = b.frameAt + int64(b.frameLen)
 		}
 		b.s.syncQ <- g
 	}
@@ -399,6 +446,8 @@ type syncGroup struct {
 	reqs      []*writeReq
 	frame     []frameEntry
 	clSeq     uint64
+	frameAt   int64 // where the writer placed the frame in file clSeq
+	frameLen  int
 	committed chan struct{}
 	err       error
 }
@@ -424,24 +473,34 @@ func (s *Store) syncer() {
 				break drain
 			}
 		}
-		// A group built before the newest commit log file was started is
-		// already durable: the checkpoint that started it ran after the
-		// group's commit and synced badger. Writing it into the newer file
-		// could let a replay undo a later truncation or deletion, so only
-		// the newest file's groups are written.
+		// The writer placed the groups' frames one after the other in the
+		// current file (a checkpoint waits for them before it starts the
+		// next), and the refs it stored point into them: they are written
+		// exactly there.
 		frames = frames[:0]
-		newest, n := uint64(0), 0
+		var err error
+		n, seq, base := 0, uint64(0), int64(-1)
 		for _, g := range groups {
-			newest = max(newest, g.clSeq)
 			n += len(g.reqs)
-		}
-		seed := frameSeed(newest)
-		for _, g := range groups {
-			if g.clSeq == newest && len(g.frame) > 0 {
-				frames = appendFrame(frames, seed, g.frame)
+			if len(g.frame) == 0 {
+				continue
+			}
+			if base < 0 {
+				seq, base = g.clSeq, g.frameAt
+			}
+			at := len(frames)
+			frames = appendFrame(frames, frameSeed(seq), g.frame)
+			if g.clSeq != seq || g.frameAt != base+int64(at) || len(frames)-at != g.frameLen {
+				err = fmt.Errorf("logstore: commit-log frame placed in file %d at %d (%d bytes) does not follow the frames before it: file %d at %d, %d bytes encoded",
+					g.clSeq, g.frameAt, g.frameLen, seq, base+int64(at), len(frames)-at)
+				break
 			}
 		}
-		err := s.syncCommitted(frames, newest)
+		if err == nil {
+			err = s.syncCommitted(frames, seq, base)
+		} else {
+			s.cl.fail(err)
+		}
 		if err != nil {
 			err = fmt.Errorf("logstore: sync: %w", err)
 			s.fail(err)
