@@ -33,6 +33,9 @@ type Config struct {
 	// Fsync and FsyncInterval are the durability mode of the log store.
 	Fsync         logstore.FsyncMode
 	FsyncInterval time.Duration
+	// CommitLogValues keeps each batch only in the commit log under
+	// FsyncOnCommit (logstore.Options.CommitLogValues).
+	CommitLogValues bool
 	// Listen is the protocol listener (clients and peers); required.
 	Listen net.Listener
 	// HTTP is the listener for /live, /ready and /metrics; required.
@@ -179,7 +182,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
-		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, Logger: log.WithName("logstore"), Metrics: metrics})
+		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: cfg.CommitLogValues,
+		Logger: log.WithName("logstore"), Metrics: metrics})
 	if err != nil {
 		return err
 	}

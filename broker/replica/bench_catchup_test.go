@@ -16,13 +16,22 @@ import (
 // 16 MiB of 1 KiB records below a committed floor, deleted by maintenance
 // (4 MiB segments), and 64 MiB above it (FELIX_CATCHUP_MB overrides); a
 // follower with an empty directory joins, resets its log to the leader's
-// first stored offset (WriteReset) and copies from there. The time is from
+// first stored offset (WriteReset) and copies from there. The stores run
+// under periodic; FELIX_CATCHUP_FSYNC=on-commit runs them as brokers run
+// by default, reading the leader's batches from its commit log. The time is from
 // EnsureShard on the new follower until its data log is durable up to the
 // leader's tail; MB/s counts the records copied (tail - start) x 1 KiB.
 func BenchmarkCatchUpFromStart(b *testing.B) {
 	mb := 64
 	if v := os.Getenv("FELIX_CATCHUP_MB"); v != "" {
 		_, _ = fmt.Sscan(v, &mb)
+	}
+	mode := logstore.FsyncPeriodic
+	if v := os.Getenv("FELIX_CATCHUP_FSYNC"); v != "" {
+		var err error
+		if mode, err = logstore.ParseFsyncMode(v); err != nil {
+			b.Fatal(err)
+		}
 	}
 	const below, segRecs = 16 * 1024, 4096
 	n := mb*1024 + below
@@ -39,7 +48,7 @@ func BenchmarkCatchUpFromStart(b *testing.B) {
 			dirs = append(dirs, d)
 			return d
 		}
-		c := newClusterCfg(b, logstore.FsyncPeriodic, mkdir, DefaultPassInterval, func(c *cluster) {
+		c := newClusterCfg(b, mode, mkdir, DefaultPassInterval, func(c *cluster) {
 			c.segRecs, c.maintain = segRecs, -1
 		}, "a", "b", "c")
 		a, dl := catchUpLeader(b, c, n)

@@ -132,7 +132,7 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 	n := &node{name: name, dir: dir, id: id, incarnation: incarnation}
 	var err error
 	n.store, err = logstore.Open(logstore.Options{Dir: dir, Fsync: c.fsync, SegmentRecords: c.segRecs,
-		ValueThreshold: logstore.BrokerValueThreshold}) // as brokers open theirs
+		ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: true}) // as brokers open theirs
 	if err != nil {
 		t.Fatal(err)
 	}

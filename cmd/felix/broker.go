@@ -33,6 +33,7 @@ type brokerFlags struct {
 	http            string
 	fsync           string
 	fsyncInterval   time.Duration
+	batchesInLog    bool
 	standalone      bool
 	tlsCert, tlsKey string
 	shutdownTimeout time.Duration
@@ -92,6 +93,7 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.StringVar(&f.http, "http", "127.0.0.1:7071", "HTTP address HOST:PORT for /live, /ready and /metrics")
 	fl.StringVar(&f.fsync, "fsync", "on-commit", "durability: on-commit, periodic or none")
 	fl.DurationVar(&f.fsyncInterval, "fsync-interval", logstore.DefaultFsyncInterval, "background sync interval under --fsync periodic")
+	fl.BoolVar(&f.batchesInLog, "batches-in-commit-log", true, "under --fsync on-commit, write each batch once, to the commit log, with a ref in the index (false: also to badger's value log); once a data directory holds such batches, brokers from before this option refuse to open it")
 	fl.BoolVar(&f.standalone, "standalone", false, "run without a control plane; every shard has one replica")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the protocol over TLS with this certificate (PEM)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "private key (PEM) for --tls-cert")
@@ -172,7 +174,8 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		return err
 	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(f.dataDir, logStoreDir), Fsync: mode, FsyncInterval: f.fsyncInterval,
-		SegmentRecords: f.segmentRecords, ValueThreshold: logstore.BrokerValueThreshold, AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics})
+		SegmentRecords: f.segmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: f.batchesInLog,
+		AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics})
 	if err != nil {
 		return err
 	}

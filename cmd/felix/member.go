@@ -43,7 +43,7 @@ func runMember(cmd *cobra.Command, f brokerFlags, log logr.Logger, mode logstore
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	out := cmd.OutOrStdout()
 	return member.Run(cmd.Context(), member.Config{
-		DataDir: f.dataDir, Fsync: mode, FsyncInterval: f.fsyncInterval,
+		DataDir: f.dataDir, Fsync: mode, FsyncInterval: f.fsyncInterval, CommitLogValues: f.batchesInLog,
 		Listen: pl, HTTP: hl, Advertise: f.advertise,
 		REST: restCfg, Namespace: f.namespace, Cluster: f.cluster, Broker: f.broker,
 		HeartbeatInterval: f.heartbeatInterval, NodeExpiry: f.nodeExpiry, PassInterval: f.passInterval,
