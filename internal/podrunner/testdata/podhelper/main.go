@@ -1,6 +1,6 @@
 // Command podhelper is the container program of the podrunner tests. It
-// records its command line and environment in <data-dir>/<name>.json,
-// appends a line to <data-dir>/starts, and serves /ready and /live on
+// appends a line to <data-dir>/starts, then records its command line and
+// environment in <data-dir>/<name>.json, and serves /ready and /live on
 // --http until SIGTERM (or, with --ignore-term, until SIGKILL); /live fails while <data-dir>/unhealthy exists. With
 // --exit N it exits with code N at once instead.
 package main
@@ -25,13 +25,15 @@ func main() {
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM (only SIGKILL stops it)")
 	flag.Parse()
 	if *dataDir != "" {
-		rec := map[string]any{"args": os.Args[1:], "env": os.Environ(), "pid": os.Getpid()}
-		b, _ := json.Marshal(rec)
-		must(os.WriteFile(filepath.Join(*dataDir, *name+".json"), b, 0o644))
+		// The start line first: tests that see the record file with this
+		// pid then find its line in starts too.
 		f, err := os.OpenFile(filepath.Join(*dataDir, "starts"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		must(err)
 		_, _ = fmt.Fprintf(f, "%s %d\n", *name, os.Getpid())
 		must(f.Close())
+		rec := map[string]any{"args": os.Args[1:], "env": os.Environ(), "pid": os.Getpid()}
+		b, _ := json.Marshal(rec)
+		must(os.WriteFile(filepath.Join(*dataDir, *name+".json"), b, 0o644))
 	}
 	if *exit >= 0 {
 		os.Exit(*exit)
