@@ -82,7 +82,7 @@ const (
 
 type commitLog struct {
 	dir string
-	mu  sync.RWMutex // writers of f (append, rotate) take it exclusively; sync shares it
+	mu  sync.RWMutex // writes to f, syncs and rotations take it exclusively; tests read under it shared
 	f   *os.File
 	// seq, size and ahead change under mu held exclusively and are read
 	// without it (the writer must not wait for a direct write to finish):
@@ -97,8 +97,7 @@ type commitLog struct {
 	// ahead and its file system takes O_DIRECT; nil otherwise.
 	direct *directWriter
 	// dirty: frames were written to f through the page cache since the
-	// last sync (the syncer sets and clears it; sync reads it under mu's
-	// read lock).
+	// last sync (the syncer sets it, sync clears it, both under mu).
 	dirty atomic.Bool
 	// durableSize is the bytes of f's frames known durable (written
 	// directly, or synced): changed under mu, read without it by reads

@@ -45,14 +45,9 @@ func (l *Log) load() error {
 		if err != nil {
 			return &record.CorruptError{Log: l.id, Offset: l.start, Reason: err.Error()}
 		}
-		v, err := l.s.batchValue(rit.Item())
+		bfirst, recs, err := l.s.readBatch(rit.Item())
 		if err != nil && !errors.Is(err, errCorrupt) {
 			return err
-		}
-		var bfirst uint64
-		var recs []record.Record
-		if err == nil {
-			bfirst, recs, err = decodeBatch(v)
 		}
 		if err != nil {
 			return &record.CorruptError{Log: l.id, Offset: keyFirst, Reason: "last batch: " + err.Error()}
@@ -231,7 +226,10 @@ func (s *Store) lostValue(v []byte, size int64) (bool, error) {
 	if !isRef(v) {
 		return false, nil
 	}
-	_, err := s.resolve(v)
+	b, err := s.resolve(v)
+	if err == nil {
+		_, _, err = batchHeader(b)
+	}
 	if errors.Is(err, errCorrupt) {
 		return true, nil
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"felix.dev/felix/broker/record"
 )
 
 // How long a commit-log file holding batches lives (ref.go).
@@ -186,16 +188,19 @@ func (s *Store) retireFilesLocked() error {
 	return nil
 }
 
-// batchValue returns a data key's stored batch, read from its commit-log
+// readBatch returns a data key's batch, decoded, read from its commit-log
 // file when badger holds a ref to it. The caller holds readMu shared, or
-// wmu (no file is removed under it). A ref whose batch cannot be read
-// back is errCorrupt.
-func (s *Store) batchValue(item *badger.Item) ([]byte, error) {
+// wmu (no file is removed under it). Damage, wherever the batch is kept,
+// is errCorrupt; any other error is the store's.
+func (s *Store) readBatch(item *badger.Item) (first uint64, recs []record.Record, err error) {
 	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		v, err = s.resolve(v)
 	}
-	return s.resolve(v)
+	if err != nil {
+		return 0, nil, err
+	}
+	return decodeBatch(v)
 }
 
 // resolve returns the batch a stored data value holds or names.

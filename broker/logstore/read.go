@@ -111,14 +111,9 @@ func (l *Log) readRange(txn *badger.Txn, from, end uint64, raw bool, opts ReadOp
 		if keyFirst > next {
 			return ReadResult{}, &record.CorruptError{Log: l.id, Offset: next, Reason: fmt.Sprintf("records %d..%d missing", next, keyFirst-1)}
 		}
-		v, err := l.s.batchValue(item)
+		first, recs, err := l.s.readBatch(item)
 		if err != nil && !errors.Is(err, errCorrupt) {
 			return ReadResult{}, fmt.Errorf("logstore: read %s at %d: %w", l.id, keyFirst, err)
-		}
-		var first uint64
-		var recs []record.Record
-		if err == nil {
-			first, recs, err = decodeBatch(v)
 		}
 		if err != nil {
 			return ReadResult{}, &record.CorruptError{Log: l.id, Offset: keyFirst, Reason: err.Error()}

@@ -131,13 +131,9 @@ func (l *Log) segmentStats() ([]segStat, error) {
 			if err != nil {
 				return err
 			}
-			v, err := l.s.batchValue(item)
+			_, recs, err := l.s.readBatch(item)
 			if err != nil && !errors.Is(err, errCorrupt) {
 				return err
-			}
-			var recs []record.Record
-			if err == nil {
-				_, recs, err = decodeBatch(v)
 			}
 			if err != nil {
 				_, first, _ := parseDataKey(st.lastKey)

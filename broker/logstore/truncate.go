@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"errors"
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -52,12 +53,11 @@ func (l *Log) TruncateFrom(off uint64) error {
 				return &record.CorruptError{Log: l.id, Offset: off, Reason: err.Error()}
 			}
 			if first < off {
-				v, err := l.s.batchValue(rit.Item())
-				if err != nil {
+				_, recs, err := l.s.readBatch(rit.Item())
+				if err != nil && !errors.Is(err, errCorrupt) {
 					rit.Close()
 					return err
 				}
-				_, recs, err := decodeBatch(v)
 				if err != nil {
 					rit.Close()
 					return &record.CorruptError{Log: l.id, Offset: first, Reason: err.Error()}
