@@ -49,7 +49,7 @@ generate: ## Generate deepcopy code, CRDs and RBAC from kubebuilder markers.
 	cp config/rbac/role.yaml charts/felix/files/role.yaml
 
 .PHONY: verify
-verify: ## Regenerate and fail if generated files drift from the markers.
+verify: ## Regenerate and fail if generated files drift from the markers, or if go mod tidy would change go.mod/go.sum.
 	hack/verify-generated.sh
 
 .PHONY: lint

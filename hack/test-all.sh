@@ -15,7 +15,7 @@ export FELIX_HELM="$(hack/go-tool.sh helm helm.sh/helm/v3/cmd/helm "${HELM_VERSI
 step "lint: gofmt, go vet, staticcheck"
 make -s lint
 
-step "verify: generated code matches the markers"
+step "verify: generated code matches the markers; go.mod and go.sum are tidy"
 make -s verify
 
 step "go test (unit, envtest, fuzz seed corpora, end-to-end)"
