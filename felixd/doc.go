@@ -3,7 +3,7 @@
 // writes, so that a holder that lost its lease without knowing it (it froze,
 // its clock ran slow) can never write after the holder that replaced it.
 // This is the lease-holding writer of seed 004 ("The trim that hid the
-// fence") and DESIGN section 7.
+// fence"; rules [FD-1..4] in docs/rules.md).
 //
 // The protocol, per holder:
 //

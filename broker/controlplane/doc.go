@@ -1,5 +1,5 @@
 // Package controlplane is the broker's side of the Kubernetes API: the only
-// way a broker speaks to the Felix operator (DESIGN.md sections 3 and 4).
+// way a broker speaks to the Felix operator (docs/operator.md, docs/storage-identity.md).
 //
 // A broker uses it in the startup order of [ID-4]:
 //

@@ -30,8 +30,8 @@ func factsWith(phase RunPhase, mode FsyncMode, edit func(*Facts)) Facts {
 
 func known(n Incarnation) ControlPlane { return ControlPlane{State: ControlPlaneKnown, Incarnation: n} }
 
-// TestID3_RotationDecision walks every row of DESIGN.md section 4's
-// rotation table, plus the unknown-evidence cases, through Decide.
+// TestID3_RotationDecision walks every row of the [ID-3] rotation
+// table (docs/storage-identity.md), plus the unknown-evidence cases, through Decide.
 func TestID3_RotationDecision(t *testing.T) {
 	type row struct {
 		name   string

@@ -1,5 +1,5 @@
 // Package datadir owns a broker's data directory and the storage identity
-// that names the data in it (DESIGN.md section 4, rules [ID-1]..[ID-5]).
+// that names the data in it (rules [ID-1]..[ID-5], docs/rules.md).
 //
 // The directory holds, beside the log store:
 //

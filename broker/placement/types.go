@@ -2,7 +2,7 @@
 // a pure function of plain Go values, shared by the operator and by tests
 // and simulators: no Kubernetes types, no clocks (now is an input), no I/O.
 //
-// The rules, from DESIGN.md section 6 and the seed "The follower that
+// The rules (docs/rules.md), from the seed "The follower that
 // forgot":
 //
 //   - [CP-1] Promote only a follower whose storage id in the leader's report

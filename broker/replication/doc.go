@@ -5,7 +5,7 @@
 // inputs in the same order produce the same outputs, so a seeded simulator
 // can drive many replicas through crashes, wipes and partitions.
 //
-// The rules it enforces are named in DESIGN.md section 6 and
+// The rules it enforces are named in docs/rules.md and
 // docs/replication-design.md: cursors per follower per log learned under a
 // storage id [RP-1], the id looked up at the start of every exchange [RP-2]
 // and a changed id resetting every log's cursor [RP-3], passes that always

@@ -24,8 +24,8 @@
 // the invariants check acknowledged and committed records at or above it,
 // and every WriteReset against the floor (see checkReset).
 //
-// After every event the simulator checks the invariants of DESIGN.md
-// section 6 (see Invariant); a violation stops the run and is returned as
+// After every event the simulator checks the replication invariants
+// of docs/rules.md (see Invariant); a violation stops the run and is returned as
 // a Failure with a replayable trace. Faults are injected only while the
 // fault budget allows: at most (R-1)/2 replicas faulty, where a replica is
 // faulty while it is down or frozen, and from a start after its volume lost

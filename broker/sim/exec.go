@@ -589,7 +589,7 @@ func (s *simulation) wipe(v *node) bool {
 }
 
 // trim raises the shard's trim floors and lets replicas delete their
-// segments below them (the head trim of DESIGN.md section 5, reduced to
+// segments below them (the head trim of [TR-2]..[TR-6], reduced to
 // its effect on replication). Its randomness comes from the seed and the
 // tick alone, so it leaves every scheduled event's draws unchanged. A
 // replica deletes only below its own committed position, as a store

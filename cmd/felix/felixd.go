@@ -56,7 +56,7 @@ func newFelixdCmd() *cobra.Command {
 		Short: "Run an example workload (a counter) under a lease, writing to a fenced stream",
 		Long: `Run a counter under the workload's coordination.k8s.io Lease (NS/NAME), writing
 its outputs to one shard with tail-conditional writes that carry the lease
-epoch (felixd, DESIGN section 7, rules [FD-1..4]; docs/felixd.md).
+epoch (felixd, rules [FD-1..4]; docs/felixd.md, docs/rules.md).
 
 On acquiring the lease it checks the FelixStream (--stream-object, default
 --stream, in --namespace) is fenced with retention off [FD-4], rebuilds the
