@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/internal/localcluster"
@@ -39,7 +41,7 @@ func main() {
 	stateDir := flag.String("state-dir", filepath.Join(root, ".felix-dev"), "directory for the kubeconfig, volumes and logs (wiped at start)")
 	felix := flag.String("felix", filepath.Join(root, "bin", "felix"), "the felix binary to run for the operator and the brokers")
 	samples := flag.String("samples", filepath.Join(root, "config", "samples"), "manifests to apply once the cluster is up (empty: none)")
-	verbose := flag.Bool("v", false, "log the runner's progress to stderr")
+	verbose := flag.Bool("v", false, "log the runner's progress to stderr too (it always goes to <state-dir>/logs/felix-dev.log)")
 	dockerImage := flag.String("docker-image", "", "run broker pods as Docker containers of this local image (container mode)")
 	dockerNetwork := flag.String("docker-network", "", "with -docker-image: put every broker container on this Docker bridge network, each with its own address (created if missing, removed at exit if created); empty: host networking")
 	flag.Parse()
@@ -59,11 +61,31 @@ func run(stateDir, felix, samples, dockerImage, dockerNetwork string, verbose bo
 	if err := os.RemoveAll(stateDir); err != nil {
 		return err
 	}
-	out := io.Discard
-	if verbose {
-		out = os.Stderr
+	// The runner's own log goes to <state-dir>/logs/felix-dev.log, and with
+	// -v to stderr too.
+	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
+		return err
 	}
-	log := funcr.NewJSON(func(obj string) { _, _ = fmt.Fprintln(out, obj) }, funcr.Options{})
+	devLog, err := os.Create(filepath.Join(stateDir, "logs", "felix-dev.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = devLog.Close() }()
+	var out io.Writer = devLog
+	if verbose {
+		out = io.MultiWriter(devLog, os.Stderr)
+	}
+	var mu sync.Mutex
+	log := funcr.NewJSON(func(obj string) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = fmt.Fprintln(out, obj)
+	}, funcr.Options{})
+	// controller-runtime's own loggers (envtest, and the caches' informers,
+	// which log through it) write there too. Unset, controller-runtime
+	// prints "log.SetLogger(...) was never called" with a stack trace on
+	// the terminal once the cluster has been up for 30 seconds.
+	ctrllog.SetLogger(log.WithName("controller-runtime"))
 	fmt.Println("starting kube-apiserver, etcd, the operator and the pod runner ...")
 	c, err := localcluster.Start(ctx, localcluster.Options{StateDir: stateDir, Felix: felix, DockerImage: dockerImage,
 		DockerNetwork: dockerNetwork, Log: log})
