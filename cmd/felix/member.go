@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
@@ -26,6 +27,9 @@ func runMember(cmd *cobra.Command, f brokerFlags, log logr.Logger, mode logstore
 	if f.cluster == "" || f.broker == "" || f.namespace == "" {
 		return errors.New("cluster mode needs --cluster, --broker and --namespace (or run with --standalone)")
 	}
+	// The control-plane client's caches log through controller-runtime's
+	// logger; unset, it prints a stack trace into the broker's log 30 s in.
+	ctrllog.SetLogger(log.WithName("controller-runtime"))
 	restCfg, err := loadRESTConfig(f.kubeconfig)
 	if err != nil {
 		return err
