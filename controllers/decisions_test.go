@@ -234,8 +234,9 @@ func TestCP1_CaughtUpCountsOnlyRegisteredIDs(t *testing.T) {
 }
 
 // TestCP2_ReportTimeAttestedOnlyByItsLeader: a leader's "current" renewal
-// refreshes its report's time only when it is the assigned leader at the
-// assigned epoch and attested at the report's incarnation.
+// vouches for its report (keeps it alive) only when it is the assigned
+// leader at the assigned epoch and attested at the report's incarnation,
+// after the write; it never moves the time the view was taken.
 func TestCP2_ReportTimeAttestedOnlyByItsLeader(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	written := metav1.NewTime(t0)
@@ -258,18 +259,37 @@ func TestCP2_ReportTimeAttestedOnlyByItsLeader(t *testing.T) {
 		want time.Time
 	}{
 		{"attested", mk("a", 3, 5), hb, true, later},
-		{"no heartbeat seen", mk("a", 3, 5), hb, false, t0},
-		{"old epoch", mk("a", 2, 5), hb, true, t0},
-		{"not the assigned leader", mk("b", 3, 5), hb, true, t0},
-		{"other incarnation", mk("a", 3, 4), hb, true, t0},
-		{"attested before the write", mk("a", 3, 5), Heartbeat{AttestedAt: t0.Add(-time.Second), AttestedIncarnation: 5}, true, t0},
+		{"no heartbeat seen", mk("a", 3, 5), hb, false, time.Time{}},
+		{"old epoch", mk("a", 2, 5), hb, true, time.Time{}},
+		{"not the assigned leader", mk("b", 3, 5), hb, true, time.Time{}},
+		{"other incarnation", mk("a", 3, 4), hb, true, time.Time{}},
+		{"attested before the write", mk("a", 3, 5), Heartbeat{AttestedAt: t0.Add(-time.Second), AttestedIncarnation: 5}, true, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := reportTakenAt(tt.sh, tt.hb, tt.ok); !got.Equal(tt.want) {
-				t.Fatalf("reportTakenAt = %s; want %s", got, tt.want)
+			if got := reportVouchedAt(tt.sh, tt.hb, tt.ok); !got.Equal(tt.want) {
+				t.Fatalf("reportVouchedAt = %s; want %s", got, tt.want)
+			}
+			if got := reportWrittenAt(tt.sh); !got.Equal(t0) {
+				t.Fatalf("reportWrittenAt = %s; want the write's time %s whatever the renewals", got, t0)
 			}
 		})
+	}
+}
+
+// TestCP1_RegistrationTimeRoundsUp: API times are whole seconds, so a
+// registration stored at second s happened before s+1; a report written
+// in the same second is not known to be taken after it.
+func TestCP1_RegistrationTimeRoundsUp(t *testing.T) {
+	s := time.Date(2026, 1, 1, 0, 0, 7, 0, time.UTC)
+	b := &felixv1.FelixBroker{Status: felixv1.FelixBrokerStatus{RegisteredAt: &metav1.Time{Time: s}}}
+	got := registryEntry(b, Heartbeat{}, false).RegisteredAt
+	if !got.Equal(s.Add(time.Second)) {
+		t.Fatalf("RegisteredAt = %s; want the end of its second %s", got, s.Add(time.Second))
+	}
+	sameSecond := s // a report written in the registration's second
+	if !sameSecond.Before(got) {
+		t.Fatalf("a report written in the registration's second counts as taken after it")
 	}
 }
 

@@ -86,17 +86,19 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		registry[b.Name] = registryEntry(b, hb, ok)
 		registeredIDs[b.Name] = b.Status.StorageID
 	}
-	var takenAt = reportWrittenAt(&sh)
+	// [CP-1] The report's view was taken when it was written; [CP-2] its
+	// leader's renewals keep it alive, never fresher.
+	takenAt, vouchedAt := reportWrittenAt(&sh), time.Time{}
 	if rep := sh.Status.Report; rep != nil {
 		hb, ok := r.Heartbeats.Get(types.NamespacedName{Namespace: sh.Namespace, Name: rep.Leader})
-		takenAt = reportTakenAt(&sh, hb, ok)
+		vouchedAt = reportVouchedAt(&sh, hb, ok)
 	}
 	now := r.Clock.Now()
 	d := placement.Decide(placement.Input{
 		Replicas:   sh.Spec.Replicas,
 		Brokers:    registry,
 		Assignment: placementAssignment(sh.Status.Assignment),
-		Report:     placementReport(sh.Status.Report, takenAt),
+		Report:     placementReport(sh.Status.Report, takenAt, vouchedAt),
 		Now:        now,
 		NodeExpiry: nodeExpiry,
 		Heartbeat:  heartbeat,

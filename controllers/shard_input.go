@@ -18,7 +18,7 @@ func registryEntry(b *felixv1.FelixBroker, hb Heartbeat, hbOK bool) placement.Br
 		State:       placementState(b.Status.State),
 	}
 	if b.Status.RegisteredAt != nil {
-		out.RegisteredAt = b.Status.RegisteredAt.Time
+		out.RegisteredAt = registeredBy(b.Status.RegisteredAt.Time)
 	}
 	switch {
 	case hbOK:
@@ -27,6 +27,16 @@ func registryEntry(b *felixv1.FelixBroker, hb Heartbeat, hbOK bool) placement.Br
 		out.LastHeartbeat = b.Status.LastHeartbeat.Time
 	}
 	return out
+}
+
+// registeredBy is the latest instant a registration stored at t may have
+// happened: API times are whole seconds, so the registration happened
+// before the end of t's second. [CP-1] compares it with the time a
+// report's view was taken (also whole seconds, rounded down), so "taken at
+// or after the end of the registration's second" implies "taken after the
+// registration", never the reverse.
+func registeredBy(t time.Time) time.Time {
+	return t.Truncate(time.Second).Add(time.Second)
 }
 
 // placementState maps the API's state; a broker never seen alive is Down.
@@ -57,29 +67,34 @@ func reportWrittenAt(sh *felixv1.FelixShard) time.Time {
 	return time.Time{}
 }
 
-// reportTakenAt is the report's time for placement (placement.Report
-// TakenAt, on the control plane's clock): when it was last written, or,
-// if later, the last heartbeat of its leader that attested its reports
-// current, provided the reporter is the assigned leader at the assigned
-// epoch and attested at the incarnation that made the report. A live
-// leader rewrites its report within a heartbeat of every change and says
-// so on its Lease, so its renewals keep an unchanged report as fresh as a
-// rewrite would (docs/operator.md, "Report write rate").
-func reportTakenAt(sh *felixv1.FelixShard, leaderHB Heartbeat, hbOK bool) time.Time {
+// reportVouchedAt is when the report's leader last vouched for the stored
+// report (placement.Report VouchedAt, on the control plane's clock): its
+// last heartbeat that attested its reports current, provided the reporter
+// is the assigned leader at the assigned epoch, attested at the incarnation
+// that made the report, and attested after the report was written; zero
+// otherwise. A live leader rewrites its report within a heartbeat of every
+// change and says so on its Lease, so its renewals keep an unchanged
+// report from expiring [CP-2] as a rewrite would (docs/operator.md,
+// "Report write rate"). They never move when the view was taken
+// (reportWrittenAt): a vouched-for report may lag its leader's view by up
+// to a heartbeat, so it is not fresh at an incarnation that began after
+// its write [CP-1].
+func reportVouchedAt(sh *felixv1.FelixShard, leaderHB Heartbeat, hbOK bool) time.Time {
 	t := reportWrittenAt(sh)
 	rep, a := sh.Status.Report, sh.Status.Assignment
 	if rep == nil || a == nil || !hbOK {
-		return t
+		return time.Time{}
 	}
 	if rep.Leader == a.Leader && rep.Epoch == a.Epoch && leaderHB.AttestedIncarnation == rep.LeaderIncarnation &&
 		!leaderHB.AttestedAt.IsZero() && leaderHB.AttestedAt.After(t) {
 		return leaderHB.AttestedAt
 	}
-	return t
+	return time.Time{}
 }
 
-// placementReport converts status.report.
-func placementReport(rep *felixv1.ShardReport, takenAt time.Time) *placement.Report {
+// placementReport converts status.report: takenAt is when its view was
+// taken (its write), vouchedAt its leader's last vouching renewal.
+func placementReport(rep *felixv1.ShardReport, takenAt, vouchedAt time.Time) *placement.Report {
 	if rep == nil {
 		return nil
 	}
@@ -89,6 +104,7 @@ func placementReport(rep *felixv1.ShardReport, takenAt time.Time) *placement.Rep
 		LeaderStorageID:   rep.LeaderStorageID,
 		Epoch:             uint64(max(rep.Epoch, 0)),
 		TakenAt:           takenAt,
+		VouchedAt:         vouchedAt,
 		Position:          uint64(max(rep.Position, 0)),
 	}
 	for _, f := range rep.Followers {

@@ -40,7 +40,8 @@ const (
 	// renewal, every report the broker leads has been written to the API
 	// within one heartbeat of its last change, and "behind" otherwise. A
 	// "current" renewal vouches for the broker's unchanged reports, so they
-	// need no periodic rewrite (see docs/operator.md).
+	// need no periodic rewrite to stay alive (see docs/operator.md); it
+	// does not make them taken at the renewal [CP-1].
 	LeaseAnnotationReports = "felix.dev/reports"
 
 	// ReportsCurrent and ReportsBehind are the values of

@@ -18,9 +18,12 @@ import (
 )
 
 // DefaultReportRefresh is how often an unchanged report is rewritten. Its
-// freshness does not depend on it: the leader's "current" Lease renewals
-// vouch for unchanged reports (docs/operator.md, "Report write rate"); the
-// refresh only keeps positions visible.
+// life does not depend on it: the leader's "current" Lease renewals vouch
+// for unchanged reports (docs/operator.md, "Report write rate") [CP-2];
+// the refresh keeps positions visible. A renewal never moves when the
+// view was taken, though (the write's time): a follower whose storage id
+// is missing on either side, registered after the last write, counts
+// only once the report is written again [CP-1].
 const DefaultReportRefresh = 5 * time.Minute
 
 // ReportOptions bound a ReportWriter's write rate.
@@ -132,7 +135,10 @@ func (w *ReportWriter) Drop(shard string) {
 
 // Current reports whether every change placement reads was written within
 // one heartbeat interval of being Set. RunHeartbeat records it on the
-// Lease; the operator trusts unchanged reports only while it is true.
+// Lease; the operator keeps unchanged reports alive only while it is true
+// [CP-2]. It vouches that the stored report was this leader's view at
+// some moment of the last heartbeat interval, not at the renewal, so the
+// operator never takes a renewal as the time the view was taken [CP-1].
 func (w *ReportWriter) Current() bool {
 	now := w.c.cfg.Clock.Now()
 	w.mu.Lock()

@@ -92,7 +92,18 @@ type line struct {
 func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 	rep := in.Report
 	expiry := ReportExpiry(in.NodeExpiry, in.Heartbeat)
-	ageNow := in.Now.Sub(rep.TakenAt)
+	// [CP-2] The report lives from the later of its write and its
+	// leader's last vouching renewal; [CP-1] its view was taken at its
+	// write, whatever renewals came after.
+	vouched := rep.TakenAt
+	if rep.VouchedAt.After(vouched) {
+		vouched = rep.VouchedAt
+	}
+	viewAt := rep.TakenAt
+	if in.Twin.FreshnessFromRenewal {
+		viewAt = vouched
+	}
+	ageNow := in.Now.Sub(vouched)
 	// [CP-2] A dead leader cannot refresh its last report: while it is
 	// still the assigned leader at the incarnation that made the report,
 	// and is Down or Left, the report's age stops at its last heartbeat.
@@ -102,7 +113,7 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 		rep.LeaderIncarnation == a.LeaderIncarnation && lb.Incarnation == rep.LeaderIncarnation &&
 		(lb.State == Down || lb.State == Left) {
 		held = true
-		heldAge = max(lb.LastHeartbeat.Sub(rep.TakenAt), 0)
+		heldAge = max(lb.LastHeartbeat.Sub(vouched), 0)
 	}
 	lines := map[string]line{rep.Leader: {id: rep.LeaderStorageID, caughtUp: true, confirmed: rep.Position}}
 	for _, f := range rep.Followers {
@@ -114,19 +125,20 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 		b, registered := in.Brokers[n]
 		ln, inReport := lines[n]
 		c := Candidate{Broker: n, Confirmed: ln.confirmed}
-		idMatch := inReport && registered && ln.id != "" && ln.id == b.StorageID
-		// Missing means a broker without ids (the registry has none for
-		// it). A registered id the report does not name was never attested
-		// by the leader (it never reached the follower): that is no match.
-		idMissing := inReport && registered && b.StorageID == ""
-		unattested := inReport && registered && ln.id == "" && b.StorageID != ""
+		both := ln.id != "" && b.StorageID != ""
+		idMatch := inReport && registered && both && ln.id == b.StorageID
+		// Missing on either side: the report names no id for it (an
+		// older leader, or one that never learned it), or its
+		// registration has none (an older build).
+		idMissing := inReport && registered && !both
 		if in.Twin.DisableIDCheck && inReport && registered {
-			idMatch, idMissing, unattested = true, false, false
+			idMatch, idMissing = true, false
 		}
 		c.IDMatch = idMatch
-		// A missing id counts only from a fresh report taken at the
-		// broker's current incarnation, and never from a held one.
-		missingFresh := idMissing && ageNow <= expiry && !rep.TakenAt.Before(b.RegisteredAt)
+		// A missing id counts only from a fresh report whose view was
+		// taken at the broker's current incarnation, and never from a
+		// held one: a restart is the only sign it may have lost its log.
+		missingFresh := idMissing && ageNow <= expiry && !viewAt.Before(b.RegisteredAt)
 		age := ageNow
 		if held {
 			age = heldAge
@@ -135,17 +147,20 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 		case idMatch:
 			counted[n] = b.StorageID
 		case missingFresh:
-			counted[n] = ""
+			// Under the registered id when there is one: ids change only
+			// at a start, so the copy the view saw is the one registered
+			// at this incarnation.
+			counted[n] = b.StorageID
 		}
 		switch {
 		case !registered || b.State != Up:
 			c.Verdict = NotUp
 		case !inReport:
 			c.Verdict = NotInReport
-		case unattested:
-			c.Verdict = IDNotReported
 		case !idMatch && !idMissing:
 			c.Verdict = IDChanged
+		case idMissing && !missingFresh && b.StorageID != "":
+			c.Verdict = IDNotReported
 		case idMissing && !missingFresh:
 			c.Verdict = IDMissingStale
 		case idMatch && age > expiry:
@@ -196,7 +211,7 @@ func waitReason(cands []Candidate) Reason {
 		if c.Verdict != NotUp {
 			up++
 		}
-		if c.Verdict == ReportTooOld || c.Verdict == IDMissingStale {
+		if c.Verdict == ReportTooOld || c.Verdict == IDMissingStale || c.Verdict == IDNotReported {
 			tooOld++
 		}
 	}

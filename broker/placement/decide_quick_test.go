@@ -43,6 +43,9 @@ func (randomInput) Generate(r *rand.Rand, _ int) reflect.Value {
 	if r.Intn(5) != 0 {
 		rep := &Report{Leader: leader, LeaderIncarnation: uint64(1 + r.Intn(3)), LeaderStorageID: leader + ids[r.Intn(3)],
 			Epoch: in.Assignment.Epoch, TakenAt: t0, Position: 10}
+		if r.Intn(2) == 0 {
+			rep.VouchedAt = t0.Add(time.Duration(r.Intn(40)-5) * time.Second)
+		}
 		for _, n := range names {
 			if n != leader && r.Intn(4) != 0 {
 				rep.Followers = append(rep.Followers, FollowerReport{Broker: n, StorageID: n + ids[r.Intn(3)],
@@ -62,9 +65,10 @@ func (randomInput) Generate(r *rand.Rand, _ int) reflect.Value {
 // TestCP_DecisionProperties checks, over random inputs, what every
 // decision must respect: a promoted leader is an Up replica at its current
 // incarnation, the epoch is the next one, a promoted follower's reported id
-// is its registered id unless the registry has none [CP-1], every counted
-// id is the replica's registered id, a wait has a reason [CP-3], and the
-// decision is deterministic.
+// is its registered id when both are present, and when either is missing
+// the report's view was taken at its current incarnation and the report
+// is fresh [CP-1], every counted id is the replica's registered id, a wait
+// has a reason [CP-3], and the decision is deterministic.
 func TestCP_DecisionProperties(t *testing.T) {
 	f := func(ri randomInput) bool {
 		in := ri.In
@@ -99,8 +103,20 @@ func TestCP_DecisionProperties(t *testing.T) {
 		}
 		if rep := in.Report; rep != nil && d.Leader != rep.Leader && d.Reason != ReasonLeaderRestarted {
 			for _, f := range rep.Followers {
-				if f.Broker == d.Leader && b.StorageID != "" && f.StorageID != b.StorageID {
+				if f.Broker != d.Leader {
+					continue
+				}
+				if b.StorageID != "" && f.StorageID != "" && f.StorageID != b.StorageID {
 					t.Logf("promoted %s reported under %q, registered %q", d.Leader, f.StorageID, b.StorageID)
+					return false
+				}
+				vouched := rep.TakenAt
+				if rep.VouchedAt.After(vouched) {
+					vouched = rep.VouchedAt
+				}
+				if (b.StorageID == "" || f.StorageID == "") &&
+					(rep.TakenAt.Before(b.RegisteredAt) || in.Now.Sub(vouched) > ReportExpiry(in.NodeExpiry, in.Heartbeat)) {
+					t.Logf("promoted %s (id missing on a side) from a report not fresh at its incarnation: %+v", d.Leader, rep)
 					return false
 				}
 			}

@@ -8,10 +8,14 @@
 //   - [CP-1] Promote only a follower whose storage id in the leader's report
 //     equals the id it is registered with now. A different id never counts
 //     (it lost its directory since it was counted). A missing id on either
-//     side (an older broker) counts only from a fresh report taken at the
-//     broker's current incarnation.
+//     side (the report names none for it, or its registration has none: an
+//     older build) counts only from a fresh report taken at the broker's
+//     current incarnation: the leader's view in the report was taken
+//     (Report.TakenAt) no earlier than the registration began
+//     (Broker.RegisteredAt). A renewal that vouches for an unchanged
+//     report (Report.VouchedAt) never makes it fresher at an incarnation.
 //   - [CP-2] A report expires ReportExpiry(nodeExpiry, heartbeat) = 2 x node
-//     expiry + 1 heartbeat after it was taken. While the report's leader is
+//     expiry + 1 heartbeat after it was taken or last vouched for. While the report's leader is
 //     still the assigned leader, at the incarnation that made the report,
 //     and is Down or Left, the report's age is measured to that leader's
 //     last heartbeat instead of to now, for id-matching followers only.
@@ -95,9 +99,20 @@ type Report struct {
 	// LeaderStorageID is the reporting leader's own storage id.
 	LeaderStorageID string
 	Epoch           uint64
-	// TakenAt is when the report was taken, on the control plane's clock
-	// (the operator stamps it when it first observes the report).
-	TakenAt   time.Time
+	// TakenAt is when the leader's view in the report was taken, on the
+	// control plane's clock (the operator uses the time the leader's write
+	// of it landed). Nothing but a new write of the report moves it: it is
+	// what "a report taken at the broker's current incarnation" is
+	// measured by [CP-1].
+	TakenAt time.Time
+	// VouchedAt is the last time, on the control plane's clock, the
+	// report's leader vouched that the stored report still is its view
+	// (a "reports current" heartbeat renewal); zero when it never did.
+	// It keeps the report from expiring [CP-2] (the age is measured from
+	// the later of TakenAt and VouchedAt) but never makes it fresh at an
+	// incarnation: the vouched-for view may lag the leader's by up to a
+	// heartbeat, and was taken at TakenAt.
+	VouchedAt time.Time
 	Position  uint64
 	Followers []FollowerReport
 }
@@ -126,6 +141,11 @@ type Twin struct {
 	// DisableIDCheck ([CP-1] off): a follower counts whatever id it was
 	// reported under.
 	DisableIDCheck bool
+	// FreshnessFromRenewal ([CP-1] freshness off): a missing-id follower's
+	// report counts as taken at the later of TakenAt and VouchedAt, so a
+	// renewal after the follower re-registered makes a view taken before
+	// it look fresh at its current incarnation.
+	FreshnessFromRenewal bool
 }
 
 // Action is what to do with the shard.
@@ -224,12 +244,16 @@ const (
 	// IDChanged: its reported id differs from its registered id [CP-1].
 	IDChanged
 	// IDMissingStale: a broker without a registered id, and the report is
-	// not fresh or predates its current incarnation [CP-1].
+	// not fresh or its view predates the broker's current incarnation
+	// [CP-1].
 	IDMissingStale
 	// ReportTooOld: the report has expired for it [CP-2].
 	ReportTooOld
 	// IDNotReported: the broker has a registered id but the report names
-	// none for it (the leader never learned it); it does not count [CP-1].
+	// none for it (an older leader, or one that never learned it), and the
+	// report is not fresh or its view predates the broker's current
+	// incarnation [CP-1]. From a fresh report at its current incarnation
+	// such a follower counts, under its registered id.
 	IDNotReported
 )
 

@@ -240,6 +240,8 @@ const (
 	OffFence = "fence" // replication.Rules.DisableFenceIDCheck
 	OffCP1   = "cp1"   // placement.Twin.DisableIDCheck
 	OffID3   = "id3"   // Config.NoRestoreRotation
+	// OffCP1Fresh is placement.Twin.FreshnessFromRenewal.
+	OffCP1Fresh = "cp1fresh"
 )
 
 // ParseOff sets the rule switches named in a comma-separated list (see the
@@ -262,6 +264,8 @@ func (c *Config) ParseOff(list string) error {
 			c.Placement.DisableIDCheck = true
 		case OffID3:
 			c.NoRestoreRotation = true
+		case OffCP1Fresh:
+			c.Placement.FreshnessFromRenewal = true
 		default:
 			return fmt.Errorf("sim: unknown rule switch %q", name)
 		}
@@ -289,6 +293,9 @@ func (c Config) Off() string {
 	}
 	if c.NoRestoreRotation {
 		out = append(out, OffID3)
+	}
+	if c.Placement.FreshnessFromRenewal {
+		out = append(out, OffCP1Fresh)
 	}
 	return strings.Join(out, ",")
 }

@@ -61,8 +61,8 @@ func coreAssignment(a *placement.Assignment) replication.Assignment {
 	return out
 }
 
-// placementReport converts a core report, stamped when the control plane
-// first observes it.
+// placementReport converts a core report, stamped when it is written
+// (when the leader's view in it was taken).
 func placementReport(r *replication.Report, at time.Time) *placement.Report {
 	p := &placement.Report{Leader: string(r.Leader), LeaderIncarnation: r.LeaderIncarnation,
 		LeaderStorageID: string(r.LeaderStorageID), Epoch: r.Epoch, TakenAt: at,
@@ -113,14 +113,8 @@ func (s *simulation) cpStep(lag func() bool) {
 		}
 	}
 	if a := cp.assign; a != nil {
-		if l := s.nodeByName(a.Leader); l != nil && l.running() && !s.net.cpCut[l.idx] && l.report != nil {
-			// The operator keeps only the report of the assigned leader at
-			// the assignment's epoch and incarnation.
-			if l.report.Epoch == a.Epoch && l.inc == a.LeaderIncarnation {
-				cp.report = placementReport(l.report, s.stamp())
-				s.tracef("  control plane takes report of %s e%d: %s", l.id, l.report.Epoch, renderReport(cp.report))
-			}
-			l.report = nil
+		if l := s.nodeByName(a.Leader); l != nil && l.running() && !s.net.cpCut[l.idx] {
+			s.takeReport(l, a)
 		}
 	}
 	s.updateWhole()

@@ -502,8 +502,34 @@ func (s *simulation) failoverBurst(e Event, rng *rand.Rand) {
 		if !s.wipe(v) {
 			return
 		}
-		run(2 + ticks)
+		if !v.legacy {
+			run(2 + ticks)
+			crashLeader()
+			return
+		}
+		// An id-less follower: its leader is lost within a few ticks,
+		// while its report from before the wipe may still call the
+		// follower caught up and its renewals vouch for it [CP-1]. When
+		// the budget refuses a crash, the leader is cut off from its
+		// peers and the control plane instead (a partition, no fault in
+		// the budget's sense), so the wiped copy stays empty.
+		if rng.IntN(2) == 0 {
+			run(rng.IntN(3))
+		} else {
+			run(2 + ticks)
+		}
 		crashLeader()
+		if l != nil && l.running() && !s.net.cpCut[l.idx] {
+			until := s.now + 4*nodeExpiryTicks
+			for _, o := range s.nodes {
+				if o != l {
+					s.net.cutLink(l.idx, o.idx, until)
+				}
+			}
+			s.fault("partition-isolate", l)
+			s.net.cpCut[l.idx] = true
+			s.net.cpCutUntil[l.idx] = until
+		}
 	case burstLeaderThenWipe:
 		crashLeader()
 		epoch := s.cp.epoch()

@@ -58,7 +58,9 @@ type node struct {
 	checked       [numLogs]uint64
 	assignSeen    uint64
 	report        *replication.Report
-	snap          *volume
+	// writer is the process's report writer (a new one at every start).
+	writer reportWriter
+	snap   *volume
 }
 
 func (n *node) bootID() string { return fmt.Sprintf("boot-%s-%d", n.id, n.boot) }

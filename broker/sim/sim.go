@@ -257,6 +257,7 @@ func (s *simulation) start(n *node) {
 	n.r, n.up, n.frozen = r, true, false
 	n.lastCommitted, n.checked = [numLogs]uint64{}, [numLogs]uint64{}
 	n.report, n.pending = nil, nil
+	n.writer = reportWriter{}
 	n.assignSeen = 0
 	n.r.SetKnownEpoch(s.cp.epoch())
 	if s.cp.assign != nil {

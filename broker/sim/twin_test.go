@@ -70,6 +70,17 @@ func TestTwin_Fence_ChangedIDNeverCounts(t *testing.T) {
 	twinMustFail(t, Config{Rules: replication.Rules{DisableFenceIDCheck: true}, Placement: placement.Twin{}})
 }
 
+// TestTwin_CP1_FreshnessFromTheViewsTime: with [CP-1]'s freshness taken
+// from the leader's last "reports current" renewal instead of from when
+// its view was written, a follower without storage ids that lost its
+// disk and registered again is counted caught up from a view taken
+// before its current incarnation (the leader's renewals vouch for the
+// unchanged report, and the caught-up flip is held back or not yet
+// seen), and placement promotes its empty copy.
+func TestTwin_CP1_FreshnessFromTheViewsTime(t *testing.T) {
+	twinMustFail(t, Config{Placement: placement.Twin{FreshnessFromRenewal: true}, LegacyPeers: true})
+}
+
 func withSeed(c Config, seed uint64) Config {
 	c.Seed = seed
 	return c
@@ -84,7 +95,7 @@ func TestTwinCounts(t *testing.T) {
 	if !*flagTwinCounts {
 		t.Skip("measurement only; run with -sim.twincounts")
 	}
-	for _, off := range []string{"", OffRP3, OffRP4, OffRP5, OffCP1, OffFence, OffID3} {
+	for _, off := range []string{"", OffRP3, OffRP4, OffRP5, OffCP1, OffCP1Fresh, OffFence, OffID3} {
 		for _, legacy := range []bool{false, true} {
 			base := Config{Steps: *flagSteps, LegacyPeers: legacy}
 			if err := base.ParseOff(off); err != nil {

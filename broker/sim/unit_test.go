@@ -65,7 +65,7 @@ func TestShrink_KeepsFailure(t *testing.T) {
 // TestParseOff_RoundTrip: every switch name round-trips.
 func TestParseOff_RoundTrip(t *testing.T) {
 	var c Config
-	all := strings.Join([]string{OffRP3, OffRP4, OffRP5, OffFence, OffCP1, OffID3}, ",")
+	all := strings.Join([]string{OffRP3, OffRP4, OffRP5, OffFence, OffCP1, OffID3, OffCP1Fresh}, ",")
 	if err := c.ParseOff(all); err != nil || c.Off() != all {
 		t.Fatalf("ParseOff(%q): %v, Off()=%q", all, err, c.Off())
 	}
