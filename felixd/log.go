@@ -38,10 +38,10 @@ type TrimResult struct {
 type Retention uint8
 
 const (
-	// RetentionUnknown: the log cannot tell (the wire protocol does not
-	// carry it); CheckStream then relies on the FelixStream object, and the
-	// broker keeps retention off on a fenced log [TR-7] and a fenced log
-	// that holds records fenced [FD-4].
+	// RetentionUnknown: the log cannot tell (a broker without the
+	// log-policy feature); CheckStream then relies on the FelixStream
+	// object, and the broker keeps retention off on a fenced log [TR-7]
+	// and a fenced log that holds records fenced [FD-4].
 	RetentionUnknown Retention = iota
 	// RetentionOff: nothing is deleted except below trims.
 	RetentionOff

@@ -59,7 +59,8 @@ type RunConfig struct {
 // one is CheckStreamEvery old, before the step's writes: a holder never
 // writes on a check older than that, so a stream whose settings stop
 // allowing a holder (retention on, not fenced, ack Leader) stops it within
-// CheckStreamEvery [FD-4].
+// CheckStreamEvery [FD-4]. The periodic check also asks the log for its
+// retention (Log.Describe) and refuses it on.
 //
 // It returns ErrRetired when a newer epoch took over, an error matching
 // ErrLeaseLost when the renewal failed, ErrRetention or ErrAckLeader when
@@ -120,7 +121,11 @@ func Run(ctx context.Context, cfg RunConfig) error {
 		write := true
 		if clk.Since(checked) >= every {
 			asked := clk.Now() // the check's answer is at least this fresh
-			switch err := cfg.CheckStream(ctx); {
+			err := cfg.CheckStream(ctx)
+			if err == nil {
+				err = checkLog(ctx, cfg.Log)
+			}
+			switch {
 			case err == nil:
 				checked = asked
 				if paused {
@@ -153,6 +158,18 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			}
 		}
 	}
+}
+
+// checkLog refuses a log that reports its retention on [FD-4].
+func checkLog(ctx context.Context, l Log) error {
+	info, err := l.Describe(ctx)
+	if err != nil {
+		return fmt.Errorf("felixd: describe: %w", err)
+	}
+	if info.Retention == RetentionOn {
+		return fmt.Errorf("%w: the log reports retention on [FD-4]", ErrRetention)
+	}
+	return nil
 }
 
 // runStep appends the workload's next outputs and snapshots when due.

@@ -233,3 +233,25 @@ func TestFD4_RunNeedsCheckStream(t *testing.T) {
 		t.Fatal("Run started without a CheckStream")
 	}
 }
+
+// [FD-4] The periodic check also asks the log: once the log reports its
+// retention on, Run stops with ErrRetention even while the stream check
+// passes.
+func TestFD4_RunRechecksLogRetention(t *testing.T) {
+	l, sl := newStoreLog(t, logstore.Options{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), RunConfig{Lease: newRunLease(t, "run-recheck-log"), Log: sl, Workload: &Counter{},
+			CheckStream: streamOK, CheckStreamEvery: 20 * time.Millisecond, StepInterval: 2 * time.Millisecond, Logger: logr.Discard()})
+	}()
+	waitFor(t, "outputs", 20*time.Second, func() bool { return l.Describe().Tail > 5 })
+	setRetention(t, l)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRetention) {
+			t.Fatalf("Run: %v, want ErrRetention", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run kept writing to a log that reports retention on")
+	}
+}
