@@ -64,14 +64,24 @@ func (l *ClientLog) Trim(ctx context.Context, floor, expectTail uint64, headers 
 	return TrimResult{Tail: res.Tail, Floor: res.Floor}, nil
 }
 
-// Describe implements Log. The wire protocol does not carry retention, so
-// Retention is RetentionUnknown: use CheckStream for [FD-4].
+// Describe implements Log. Retention is the broker's own setting for the
+// shard's data log when the connection negotiated wire.FeatureLogPolicy
+// (the client offers it by default), and RetentionUnknown with a broker
+// that does not know the feature: CheckStream then stands in for it
+// [FD-4].
 func (l *ClientLog) Describe(ctx context.Context) (Info, error) {
 	res, err := l.c.Describe(ctx, l.shard)
 	if err != nil {
 		return Info{}, convertErr(err)
 	}
-	return Info{Base: res.Base, Floor: res.Floor, Tail: res.Tail, Retention: RetentionUnknown}, nil
+	r := RetentionUnknown
+	if l.c.Features().Has(wire.FeatureLogPolicy) {
+		r = RetentionOff
+		if res.Retention {
+			r = RetentionOn
+		}
+	}
+	return Info{Base: res.Base, Floor: res.Floor, Tail: res.Tail, Retention: r}, nil
 }
 
 // convertErr turns broker errors into the record package's typed errors and

@@ -51,6 +51,7 @@ const (
 	brokenTailFromRefusal               // [FD-2] adopt an OffsetMismatch's tail
 	brokenNoOpTrimSkipsCheck            // [FD-3] skip a no-op trim, take the tail from Describe
 	brokenIgnoreRetention               // [FD-4] start on a stream with retention on
+	brokenStartAtFloor                  // [FD-1] first read at the floor Describe reports, not the base
 )
 
 // Holder writes one workload's output as the holder of one lease epoch. It
@@ -58,8 +59,8 @@ const (
 // its next write must land). Not safe for concurrent use.
 //
 // The expected tail comes only from the holder's reads and its own
-// acknowledged answers [FD-2]; re-reads start at the cursor, never at
-// earliest [FD-1]; every trim is sent to the log, no-ops included, and only
+// acknowledged answers [FD-2]; the first read starts at the base and
+// re-reads at the cursor, never at earliest or the floor [FD-1]; every trim is sent to the log, no-ops included, and only
 // its answer moves the tail [FD-3].
 type Holder struct {
 	cfg      HolderConfig
@@ -100,10 +101,20 @@ func (h *Holder) Expected() uint64 { return h.expected }
 func (h *Holder) Retired() bool { return h.retired }
 
 // Start refuses a log whose retention is on [FD-4], sets the cursor once to
-// the shard's floor, rebuilds the workload's state from there (latest
-// snapshot plus the records after it) and makes the fenced write: a
-// tail-conditional append carrying the epoch, before any output. It
-// returns ErrRetired when a newer epoch is already visible.
+// the shard's base (its first offset ever, not the floor [FD-1]), rebuilds
+// the workload's state from there (latest snapshot plus the records after
+// it) and makes the fenced write: a tail-conditional append carrying the
+// epoch, before any output. It returns ErrRetired when a newer epoch is
+// already visible.
+//
+// The first read starts at the base so that a floor set while this holder
+// was acquiring (or frozen before its first write) is met as a read below
+// the floor: refused with CursorTooOld carrying the trim's epoch, which
+// retires the holder if that epoch is newer. Starting at the floor would be
+// reading from earliest under another name: a newer holder's trim record
+// at the floor is skipped by reads, and the holder would take the tail and
+// write after the newer holder. A refusal whose trim epoch is not newer
+// resumes at its floor.
 func (h *Holder) Start(ctx context.Context) error {
 	info, err := h.cfg.Log.Describe(ctx)
 	if err != nil {
@@ -113,9 +124,14 @@ func (h *Holder) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: the log reports retention on [FD-4]", ErrRetention)
 	}
 	// The only position not learned from a read or an own answer: a
-	// starting point, not a tail. The first read from it is refused with
-	// the trim tag if a newer holder trimmed past it meanwhile.
-	h.cursor, h.expected = info.Floor, info.Floor
+	// starting point, not a tail. The base never moves, so the first read
+	// from it is refused with the trim tag whenever any trim moved the
+	// floor, a newer holder's included [FD-1].
+	start := info.Base
+	if h.cfg.broken == brokenStartAtFloor {
+		start = info.Floor // the bug: the floor, as reading from earliest would resolve it
+	}
+	h.cursor, h.expected = start, start
 	if err := h.cfg.Workload.Restore(nil); err != nil {
 		return fmt.Errorf("felixd: restore initial state: %w", err)
 	}

@@ -38,8 +38,10 @@ type TrimResult struct {
 type Retention uint8
 
 const (
-	// RetentionUnknown: the log cannot tell (the wire protocol does not
-	// carry it); CheckStream then relies on the FelixStream object.
+	// RetentionUnknown: the log cannot tell (a broker without the
+	// log-policy feature); CheckStream then relies on the FelixStream
+	// object, and the broker keeps retention off on a fenced log [TR-7]
+	// and a fenced log that holds records fenced [FD-4].
 	RetentionUnknown Retention = iota
 	// RetentionOff: nothing is deleted except below trims.
 	RetentionOff
@@ -90,3 +92,15 @@ var ErrRetired = errors.New("felixd: retired: a newer epoch holds the workload")
 // ErrRetention is returned by CheckStream and Holder.Start for a stream
 // whose retention is on, or that is not marked fenced [FD-4].
 var ErrRetention = errors.New("felixd: stream must keep retention off")
+
+// ErrAckLeader is returned by CheckStream for a stream acknowledged on
+// ack Leader [FD-4]: an acknowledged fenced write held only by the leader
+// can vanish at failover, and with it the fence.
+var ErrAckLeader = errors.New("felixd: stream must acknowledge on Quorum or All")
+
+// IsStreamRefused reports whether err is a stream check's refusal
+// (ErrRetention or ErrAckLeader), as opposed to a failure to read the
+// stream's settings.
+func IsStreamRefused(err error) bool {
+	return errors.Is(err, ErrRetention) || errors.Is(err, ErrAckLeader)
+}

@@ -132,6 +132,61 @@ func TestFD1_Broken_ReadFromEarliestWritesAfterNewHolder(t *testing.T) {
 	p.wantStaleLanded(t, err)
 }
 
+// fd1First plays the seed's step 1 exactly: holder 1 acquires its lease
+// (epoch 1) and freezes before its first read and write; holder 2 starts,
+// writes and trims with the floor at its own trim record; holder 1 wakes
+// and starts. Its first read must start at the base, not the floor.
+func fd1First(t *testing.T, broken brokenRule) (*pair, uint64, error) {
+	ctx := context.Background()
+	p := &pair{w1: &Counter{}, w2: &Counter{}}
+	p.l, p.sl = newStoreLog(t, logstore.Options{})
+	p.h1 = newHolderT(t, p.sl, 1, p.w1, broken) // acquired, then frozen
+	p.h2 = newHolderT(t, p.sl, 2, p.w2, broken)
+	if err := p.h2.Start(ctx); err != nil {
+		t.Fatalf("holder 2 start: %v", err)
+	}
+	p.fenceAt = p.h2.Expected() - 1
+	if err := p.h2.Append(ctx, [][]byte{[]byte("1")}); err != nil {
+		t.Fatalf("holder 2 output: %v", err)
+	}
+	if err := p.h2.Trim(ctx, p.h2.Expected()); err != nil {
+		t.Fatalf("holder 2 trim: %v", err)
+	}
+	if info := p.l.Describe(); info.ReadableStart() != info.Tail-1 {
+		t.Fatalf("floor %d is not at holder 2's trim record %d", info.ReadableStart(), info.Tail-1)
+	}
+	tail := p.l.Describe().Tail
+	return p, tail, p.h1.Start(ctx) // holder 1 wakes
+}
+
+// TestFD1_FirstReadStartsAtBase: holder 1, frozen between acquiring its
+// lease and its first read, starts reading at the base, below holder 2's
+// floor: the read is refused with CursorTooOld carrying epoch 2 and holder
+// 1 retires without writing. A later holder (epoch 3) meets the same
+// refusal with an older epoch, resumes at the floor and fences.
+func TestFD1_FirstReadStartsAtBase(t *testing.T) {
+	p, tail, err := fd1First(t, ruleKept)
+	p.wantRetiredClean(t, err, tail)
+	h3 := newHolderT(t, p.sl, 3, &Counter{}, ruleKept)
+	if err := h3.Start(context.Background()); err != nil {
+		t.Fatalf("holder 3 start after an older trim: %v", err)
+	}
+	if err := CheckStaleTrimRefused(rawContents(t, p.l)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Broken: starting at the floor Describe reports skips holder 2's trim
+// record (the only epoch-2 record at or above the floor), so holder 1
+// takes the tail and its fenced write lands after holder 2's.
+func TestFD1_Broken_StartAtFloorWritesAfterNewHolder(t *testing.T) {
+	p, _, err := fd1First(t, brokenStartAtFloor)
+	p.wantStaleLanded(t, err)
+	if at := p.h1.Expected() - 1; at <= p.fenceAt {
+		t.Fatalf("holder 1's fenced write at %d is not after holder 2's at %d", at, p.fenceAt)
+	}
+}
+
 func fd2(t *testing.T, broken brokenRule) (*pair, uint64, error) {
 	p := startPair(t, broken, logstore.Options{}, true)
 	tail := p.l.Describe().Tail

@@ -14,6 +14,10 @@ import (
 // RunConfig.StepInterval is zero.
 const DefaultStepInterval = 100 * time.Millisecond
 
+// DefaultCheckStreamEvery is the longest a holder writes on one successful
+// stream check when RunConfig.CheckStreamEvery is zero [FD-4].
+const DefaultCheckStreamEvery = 10 * time.Second
+
 // RunConfig configures Run.
 type RunConfig struct {
 	// Lease is the workload's lease. Required.
@@ -22,10 +26,16 @@ type RunConfig struct {
 	Log Log
 	// Workload is the state machine. Required.
 	Workload Workload
-	// CheckStream, when set, is called after the lease is acquired and
-	// before the fenced write; an error (ErrRetention) stops Run [FD-4].
-	// Typically a closure over CheckStream.
+	// CheckStream is called after the lease is acquired and before the
+	// fenced write, and again while the holder runs, at most
+	// CheckStreamEvery after its last success [FD-4]. Required; typically
+	// a closure over CheckStream. At acquisition any error stops Run; later
+	// a refusal (IsStreamRefused) stops Run, and any other error pauses
+	// the writes until a check succeeds.
 	CheckStream func(context.Context) error
+	// CheckStreamEvery bounds how long the holder writes on one successful
+	// stream check; zero means DefaultCheckStreamEvery.
+	CheckStreamEvery time.Duration
 	// SnapshotEvery is the number of outputs between snapshots; zero
 	// means never.
 	SnapshotEvery int
@@ -45,12 +55,27 @@ type RunConfig struct {
 // rests on the fence, not on the holder noticing in time that its lease
 // expired.
 //
+// The stream check runs at acquisition and whenever the last successful
+// one is CheckStreamEvery old, before the step's writes: a holder never
+// writes on a check older than that, so a stream whose settings stop
+// allowing a holder (retention on, not fenced, ack Leader) stops it within
+// CheckStreamEvery [FD-4]. The periodic check also asks the log for its
+// retention (Log.Describe) and refuses it on.
+//
 // It returns ErrRetired when a newer epoch took over, an error matching
-// ErrLeaseLost when the renewal failed, ErrRetention when the stream
-// check refused, and nil when ctx ends (after releasing the lease).
+// ErrLeaseLost when the renewal failed, ErrRetention or ErrAckLeader when
+// the stream check refused, and nil when ctx ends (after releasing the
+// lease).
 func Run(ctx context.Context, cfg RunConfig) error {
 	if cfg.Lease == nil || cfg.Log == nil || cfg.Workload == nil {
 		return errors.New("felixd: Run needs a Lease, a Log and a Workload")
+	}
+	if cfg.CheckStream == nil {
+		return errors.New("felixd: Run needs a CheckStream [FD-4]")
+	}
+	every := cfg.CheckStreamEvery
+	if every <= 0 {
+		every = DefaultCheckStreamEvery
 	}
 	clk := cfg.Clock
 	if clk == nil {
@@ -75,10 +100,9 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			log.V(1).Info("lease not released", "err", err.Error())
 		}
 	}()
-	if cfg.CheckStream != nil {
-		if err := cfg.CheckStream(ctx); err != nil {
-			return err
-		}
+	checked, paused := clk.Now(), false
+	if err := cfg.CheckStream(ctx); err != nil {
+		return err
 	}
 	h, err := NewHolder(HolderConfig{Log: cfg.Log, Epoch: epoch, Workload: cfg.Workload, SnapshotEvery: cfg.SnapshotEvery, Logger: log})
 	if err != nil {
@@ -94,8 +118,35 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			return nil
 		case <-clk.After(step):
 		}
-		if err := runStep(ctx, h, cfg.Workload); err != nil {
-			return stopped(ctx, err)
+		write := true
+		if clk.Since(checked) >= every {
+			asked := clk.Now() // the check's answer is at least this fresh
+			err := cfg.CheckStream(ctx)
+			if err == nil {
+				err = checkLog(ctx, cfg.Log)
+			}
+			switch {
+			case err == nil:
+				checked = asked
+				if paused {
+					log.Info("stream check succeeded; writes resume")
+				}
+				paused = false
+			case IsStreamRefused(err):
+				log.Info("the stream no longer allows a holder; stopping", "err", err.Error())
+				return err
+			default:
+				write = false
+				if !paused {
+					log.Info("stream check failed; writes paused until it succeeds", "err", err.Error())
+				}
+				paused = true
+			}
+		}
+		if write {
+			if err := runStep(ctx, h, cfg.Workload); err != nil {
+				return stopped(ctx, err)
+			}
 		}
 		if cfg.Lease.RenewDue() {
 			if err := cfg.Lease.Renew(ctx); err != nil {
@@ -107,6 +158,18 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			}
 		}
 	}
+}
+
+// checkLog refuses a log that reports its retention on [FD-4].
+func checkLog(ctx context.Context, l Log) error {
+	info, err := l.Describe(ctx)
+	if err != nil {
+		return fmt.Errorf("felixd: describe: %w", err)
+	}
+	if info.Retention == RetentionOn {
+		return fmt.Errorf("%w: the log reports retention on [FD-4]", ErrRetention)
+	}
+	return nil
 }
 
 // runStep appends the workload's next outputs and snapshots when due.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
+// streamOK is a stream check that always passes (the in-process log
+// reports its retention to Holder.Start itself).
+func streamOK(context.Context) error { return nil }
+
 // Run end to end in one process: a counter runs under the lease, snapshots
 // and trims; it stops cleanly (releasing the lease); a second run takes
 // over at the next epoch, rebuilds the counter from the latest snapshot
@@ -46,7 +51,8 @@ func TestRun_CounterSurvivesHandover(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- Run(ctx, RunConfig{Lease: lease, Log: sl, Workload: w, SnapshotEvery: 5, StepInterval: 5 * time.Millisecond, Logger: logr.Discard()})
+			done <- Run(ctx, RunConfig{Lease: lease, Log: sl, Workload: w, CheckStream: streamOK, SnapshotEvery: 5,
+				StepInterval: 5 * time.Millisecond, Logger: logr.Discard()})
 		}()
 		return w, cancel, done
 	}
@@ -124,5 +130,128 @@ func TestFD4_RunRefusesBeforeFencedWrite(t *testing.T) {
 	}
 	if h := got.Spec.HolderIdentity; h == nil || *h != "" {
 		t.Fatalf("lease not released: holder %v", h)
+	}
+}
+
+// newRunLease returns a lease on the package's API server.
+func newRunLease(t *testing.T, name string) *Lease {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(apiServer(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := NewLease(LeaseConfig{Client: cs.CoordinationV1(), Namespace: "default", Name: name, Identity: "a",
+		LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 200 * time.Millisecond, Logger: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
+// switchableCheck is a stream check whose answer a test changes while Run
+// runs; it counts its calls.
+type switchableCheck struct {
+	mu    sync.Mutex
+	err   error
+	calls int
+}
+
+func (c *switchableCheck) check(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	return c.err
+}
+
+func (c *switchableCheck) set(err error) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
+	return c.calls
+}
+
+func (c *switchableCheck) called() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
+// [FD-4] Run checks the stream again while it holds the lease, not only
+// at acquisition: once the stream stops allowing a holder (here the check
+// starts refusing, as it does when a FelixStream's settings change), Run
+// stops with the refusal and writes nothing after the refusing check. A
+// check that cannot read the stream pauses the writes until one succeeds.
+func TestFD4_RunRechecksStream(t *testing.T) {
+	l, sl := newStoreLog(t, logstore.Options{})
+	c := &switchableCheck{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), RunConfig{Lease: newRunLease(t, "run-recheck"), Log: sl, Workload: &Counter{},
+			CheckStream: c.check, CheckStreamEvery: 20 * time.Millisecond, StepInterval: 2 * time.Millisecond, Logger: logr.Discard()})
+	}()
+	waitFor(t, "outputs", 20*time.Second, func() bool { return l.Describe().Tail > 5 })
+
+	// The API cannot be read: no write while the checks fail.
+	n := c.set(errors.New("API unreachable"))
+	waitFor(t, "a failing check", 20*time.Second, func() bool { return c.called() > n })
+	paused := l.Describe().Tail
+	waitFor(t, "two more failing checks", 20*time.Second, func() bool { return c.called() > n+2 })
+	if tail := l.Describe().Tail; tail != paused {
+		t.Fatalf("wrote while the stream check failed: tail %d, was %d", tail, paused)
+	}
+	c.set(nil)
+	waitFor(t, "writes to resume", 20*time.Second, func() bool { return l.Describe().Tail > paused })
+
+	// The stream stops allowing a holder.
+	n = c.set(ErrRetention)
+	var tail uint64
+	waitFor(t, "the refusing check", 20*time.Second, func() bool {
+		if c.called() > n {
+			tail = l.Describe().Tail
+			return true
+		}
+		return false
+	})
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRetention) {
+			t.Fatalf("Run: %v, want ErrRetention", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run kept holding a stream its check refuses")
+	}
+	if got := l.Describe().Tail; got != tail {
+		t.Fatalf("wrote after the refusing check: tail %d, was %d", got, tail)
+	}
+}
+
+// Run refuses to start without a stream check [FD-4].
+func TestFD4_RunNeedsCheckStream(t *testing.T) {
+	_, sl := newStoreLog(t, logstore.Options{})
+	err := Run(context.Background(), RunConfig{Lease: &Lease{}, Log: sl, Workload: &Counter{}, Logger: logr.Discard()})
+	if err == nil {
+		t.Fatal("Run started without a CheckStream")
+	}
+}
+
+// [FD-4] The periodic check also asks the log: once the log reports its
+// retention on, Run stops with ErrRetention even while the stream check
+// passes.
+func TestFD4_RunRechecksLogRetention(t *testing.T) {
+	l, sl := newStoreLog(t, logstore.Options{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), RunConfig{Lease: newRunLease(t, "run-recheck-log"), Log: sl, Workload: &Counter{},
+			CheckStream: streamOK, CheckStreamEvery: 20 * time.Millisecond, StepInterval: 2 * time.Millisecond, Logger: logr.Discard()})
+	}()
+	waitFor(t, "outputs", 20*time.Second, func() bool { return l.Describe().Tail > 5 })
+	setRetention(t, l)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRetention) {
+			t.Fatalf("Run: %v, want ErrRetention", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run kept writing to a log that reports retention on")
 	}
 }

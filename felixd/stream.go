@@ -10,13 +10,16 @@ import (
 	felixv1 "felix.dev/felix/api/v1alpha1"
 )
 
-// CheckStream reads the FelixStream key through the API and refuses it with
-// ErrRetention [FD-4] when its retention is on, or when it is not marked
-// fenced. Retention can delete the new holder's fenced write with no trim
+// CheckStream reads the FelixStream key through the API and refuses it
+// [FD-4] with ErrRetention when its retention is on or it is not marked
+// fenced, and with ErrAckLeader when it acknowledges on ack Leader.
+// Retention can delete the new holder's fenced write with no trim
 // involved, and then no refusal carries the newer epoch. A stream not
 // marked fenced is refused too: the API refuses retention only on fenced
-// streams, so an unfenced stream could have retention switched on while
-// the workload runs.
+// streams, and fixes `fenced` at creation, so only a fenced stream keeps
+// retention off for the holder's whole run. Under ack Leader an
+// acknowledged fenced write can vanish at failover. Run calls it at every
+// acquisition and again while it holds the lease (RunConfig.CheckStreamEvery).
 func CheckStream(ctx context.Context, c client.Reader, key types.NamespacedName) error {
 	var s felixv1.FelixStream
 	if err := c.Get(ctx, key, &s); err != nil {
@@ -31,6 +34,9 @@ func checkStreamSpec(key types.NamespacedName, spec *felixv1.FelixStreamSpec) er
 	}
 	if !spec.Fenced {
 		return fmt.Errorf("%w: FelixStream %s is not marked fenced, so retention could be switched on [FD-4]", ErrRetention, key)
+	}
+	if spec.Ack == felixv1.AckLeader {
+		return fmt.Errorf("%w: FelixStream %s acknowledges on ack Leader [FD-4]", ErrAckLeader, key)
 	}
 	return nil
 }

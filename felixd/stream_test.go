@@ -24,6 +24,9 @@ func testCheckStreamAPI(t *testing.T) {
 		spec    felixv1.FelixStreamSpec
 		refused bool
 	}{
+		{"fenced-ack-leader", felixv1.FelixStreamSpec{Cluster: "c", Fenced: true, Ack: felixv1.AckLeader}, true},
+		{"fenced-ack-quorum", felixv1.FelixStreamSpec{Cluster: "c", Fenced: true, Ack: felixv1.AckQuorum}, false},
+		{"fenced-ack-all", felixv1.FelixStreamSpec{Cluster: "c", Fenced: true, Ack: felixv1.AckAll}, false},
 		{"fenced-retention-off", felixv1.FelixStreamSpec{Cluster: "c", Fenced: true}, false},
 		{"fenced-empty-retention", felixv1.FelixStreamSpec{Cluster: "c", Fenced: true, Retention: &felixv1.RetentionSpec{}}, false},
 		{"fenced-retention-on", felixv1.FelixStreamSpec{Cluster: "c", Fenced: true, Retention: &felixv1.RetentionSpec{MaxBytes: &size}}, true},
@@ -33,7 +36,7 @@ func testCheckStreamAPI(t *testing.T) {
 	} {
 		t.Run("spec/"+tc.name, func(t *testing.T) {
 			err := checkStreamSpec(types.NamespacedName{Namespace: ns, Name: tc.name}, &tc.spec)
-			if got := errors.Is(err, ErrRetention); got != tc.refused {
+			if got := IsStreamRefused(err); got != tc.refused {
 				t.Fatalf("checkStreamSpec: %v, refused %v, want %v", err, got, tc.refused)
 			}
 		})

@@ -6,7 +6,14 @@ import (
 )
 
 // FelixStreamSpec is a sharded, replicated log.
+//
+// A fenced stream ([FD-4], [TR-7]) keeps retention off, acknowledges on
+// Quorum or All, and is fenced from creation to deletion: `fenced` cannot
+// change in an update, so it can never be switched off and retention on
+// while a holder runs.
 // +kubebuilder:validation:XValidation:rule="!has(self.fenced) || !self.fenced || !has(self.retention) || (!has(self.retention.maxAge) && !has(self.retention.maxBytes))",message="a fenced stream must keep retention off: retention can delete the write that fences a stale writer [TR-7]"
+// +kubebuilder:validation:XValidation:rule="!has(self.fenced) || !self.fenced || !has(self.ack) || self.ack != 'Leader'",message="a fenced stream must acknowledge on Quorum or All: under ack Leader an acknowledged fenced write can vanish at failover [FD-4]"
+// +kubebuilder:validation:XValidation:rule="(has(self.fenced) && self.fenced) == (has(oldSelf.fenced) && oldSelf.fenced)",message="fenced cannot change after creation: a stream is fenced for its whole life, so its retention can never be turned on under a running holder; create a new stream instead [FD-4]"
 type FelixStreamSpec struct {
 	// Cluster is the FelixCluster whose brokers hold the stream.
 	// +kubebuilder:validation:MinLength=1
@@ -29,7 +36,8 @@ type FelixStreamSpec struct {
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
-	// Ack says when an append is acknowledged: Leader, Quorum or All.
+	// Ack says when an append is acknowledged: Leader, Quorum or All. A
+	// fenced stream refuses Leader ([FD-4]).
 	// +kubebuilder:default=Quorum
 	// +optional
 	Ack AckMode `json:"ack,omitempty"`
@@ -40,7 +48,9 @@ type FelixStreamSpec struct {
 	Retention *RetentionSpec `json:"retention,omitempty"`
 
 	// Fenced marks a stream used for fencing by tail-conditional writers
-	// (felixd): it must keep retention off.
+	// (felixd): it must keep retention off and acknowledge on Quorum or
+	// All, and it is fixed at creation ([FD-4], [TR-7]). Brokers keep a
+	// fenced log that holds records fenced whatever the spec says later.
 	// +optional
 	Fenced bool `json:"fenced,omitempty"`
 }

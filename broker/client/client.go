@@ -46,8 +46,8 @@ type Options struct {
 	// TLS, when set, wraps the connection in a TLS client.
 	TLS *tls.Config
 	// Features are the bits the client offers. Zero offers
-	// wire.FeatureTrimTag (a client has no storage id); use NoFeatures to
-	// offer none.
+	// wire.FeatureTrimTag and wire.FeatureLogPolicy (a client has no
+	// storage id); use NoFeatures to offer none.
 	Features wire.Features
 	// NoFeatures offers no feature bit at all: the version-1 frames.
 	NoFeatures bool
@@ -113,7 +113,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) {
 	feats := opts.Features
 	if feats == 0 && !opts.NoFeatures {
-		feats = wire.FeatureTrimTag
+		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy
 	}
 	if opts.NoFeatures {
 		feats = 0
@@ -466,5 +466,7 @@ func (c *Client) Describe(ctx context.Context, shard record.ShardID) (wire.Descr
 	if err != nil {
 		return wire.DescribeOK{}, err
 	}
-	return answer(c, f, wire.MsgDescribeOK, wire.DecodeDescribeOK)
+	return answer(c, f, wire.MsgDescribeOK, func(b []byte) (wire.DescribeOK, error) {
+		return wire.DecodeDescribeOKFor(b, c.hello.Features)
+	})
 }

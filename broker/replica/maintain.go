@@ -192,13 +192,27 @@ type LogPolicy struct {
 // has retention [TR-7]; it wraps logstore.ErrRetentionOnFencedStream.
 var ErrRetentionOnFencedStream = fmt.Errorf("replica: %w", logstore.ErrRetentionOnFencedStream)
 
+// ErrUnfenceWithRecords refuses a LogPolicy that unfences a fenced data
+// log holding records [FD-4]: a holder may be running on it, and
+// unfencing is the way to turning retention on under it.
+var ErrUnfenceWithRecords = errors.New("replica: a fenced log that holds records stays fenced")
+
 // SetLogPolicy applies p to the data log of shard (EnsureShard first). It
 // changes only what differs from the log's stored settings (each change is
 // persisted and synced), in the order the store accepts: retention off
-// before fencing, unfencing before retention on. A policy that is fenced
-// and has retention is refused (the API refuses it too; retention can
-// delete the write that fences a stale writer): the fence is applied,
-// retention stays off, the refusal is logged and counted
+// before fencing, unfencing before retention on.
+//
+// A policy that unfences a fenced log holding records (its tail above its
+// base, trims included) is refused [FD-4]: the log stays fenced, the
+// refusal is logged and an error wrapping ErrUnfenceWithRecords is
+// returned; the rest of p is applied to a fenced log (so its retention is
+// refused as below). The API fixes `fenced` at creation; this keeps a
+// spec from before that rule, or a stream recreated under the same name,
+// from turning retention on under a running holder.
+//
+// A policy that is fenced and has retention is refused (the API refuses it
+// too; retention can delete the write that fences a stale writer): the
+// fence is applied, retention stays off, the refusal is logged and counted
 // (felix_broker_retention_refused_total) and an error wrapping
 // ErrRetentionOnFencedStream is returned.
 func (m *Manager) SetLogPolicy(id record.ShardID, p LogPolicy) error {
@@ -206,15 +220,21 @@ func (m *Manager) SetLogPolicy(id record.ShardID, p LogPolicy) error {
 	if err != nil {
 		return err
 	}
-	var refused error
-	if p.Fenced && p.Retention.Enabled() {
-		refused = fmt.Errorf("%s: retention %+v on a fenced stream: %w", id, p.Retention, ErrRetentionOnFencedStream)
-		m.o.Logger.Error(refused, "retention refused; the stream stays fenced with retention off", "shard", id.String())
-		m.o.Metrics.retentionRefused()
-		p.Retention = logstore.RetentionPolicy{}
-	}
 	lg := s.logs[record.LogData]
 	cur := lg.Describe()
+	var refused error
+	if cur.Fenced && !p.Fenced && cur.Tail > cur.Base {
+		refused = fmt.Errorf("%s: unfence a log with records (base %d, tail %d): %w", id, cur.Base, cur.Tail, ErrUnfenceWithRecords)
+		m.o.Logger.Error(refused, "unfencing refused; the stream stays fenced", "shard", id.String())
+		p.Fenced = true
+	}
+	if p.Fenced && p.Retention.Enabled() {
+		ret := fmt.Errorf("%s: retention %+v on a fenced stream: %w", id, p.Retention, ErrRetentionOnFencedStream)
+		m.o.Logger.Error(ret, "retention refused; the stream stays fenced with retention off", "shard", id.String())
+		m.o.Metrics.retentionRefused()
+		p.Retention = logstore.RetentionPolicy{}
+		refused = errors.Join(refused, ret)
+	}
 	if cur.Retention != p.Retention && !p.Retention.Enabled() {
 		if err := lg.SetRetention(p.Retention); err != nil {
 			return errors.Join(refused, fmt.Errorf("%s: retention off: %w", id, err))

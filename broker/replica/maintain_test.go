@@ -346,6 +346,78 @@ func TestTR7_SetLogPolicy(t *testing.T) {
 	}
 }
 
+// [FD-4] A fenced log that holds records stays fenced: a policy that
+// unfences it (alone, or together with retention on, the way around
+// "retention stays off" under a running holder) is refused, the log stays
+// fenced with retention off, and maintenance deletes nothing by age or
+// size. An empty fenced log may still be unfenced.
+func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
+	ret := logstore.RetentionPolicy{MaxBytes: 1}
+	for _, tc := range []struct {
+		name        string
+		unfence     LogPolicy
+		wantRefused float64
+		wantErrs    []error
+	}{
+		{name: "unfence", unfence: LogPolicy{}, wantErrs: []error{ErrUnfenceWithRecords}},
+		{name: "unfence with retention", unfence: LogPolicy{Retention: ret}, wantRefused: 1,
+			wantErrs: []error{ErrUnfenceWithRecords, ErrRetentionOnFencedStream}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
+				c.maintain, c.metrics = -1, true
+			}, "a")
+			n := c.nodes["a"]
+			if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.mgr.SetLogPolicy(testShard, LogPolicy{Fenced: true}); err != nil {
+				t.Fatal(err)
+			}
+			lg := dataLogOf(t, n)
+			if _, err := lg.Append(context.Background(), []record.Record{{Epoch: 1, Payload: []byte("fence")}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			err := n.mgr.SetLogPolicy(testShard, tc.unfence)
+			for _, want := range tc.wantErrs {
+				if !errors.Is(err, want) {
+					t.Fatalf("SetLogPolicy: %v, want it to match %v", err, want)
+				}
+			}
+			info := lg.Describe()
+			if !info.Fenced || info.Retention.Enabled() {
+				t.Fatalf("fenced=%t retention=%+v, want fenced with retention off", info.Fenced, info.Retention)
+			}
+			if got := counterValue(t, n.metrics.refused); got != tc.wantRefused {
+				t.Fatalf("refusals counted %v, want %v", got, tc.wantRefused)
+			}
+			if _, err := n.mgr.Maintain(context.Background()); err != nil {
+				t.Fatalf("maintain: %v", err)
+			}
+			if start := lg.Describe().Start; start != info.Base {
+				t.Fatalf("maintenance deleted below %d on a fenced log", start)
+			}
+		})
+	}
+	t.Run("empty log may be unfenced", func(t *testing.T) {
+		c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
+			c.maintain, c.metrics = -1, true
+		}, "a")
+		n := c.nodes["a"]
+		if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []LogPolicy{{Fenced: true}, {Retention: ret}} {
+			if err := n.mgr.SetLogPolicy(testShard, p); err != nil {
+				t.Fatalf("SetLogPolicy %+v: %v", p, err)
+			}
+		}
+		if info := dataLogOf(t, n).Describe(); info.Fenced || info.Retention != ret {
+			t.Fatalf("fenced=%t retention=%+v, want unfenced with %+v", info.Fenced, info.Retention, ret)
+		}
+	})
+}
+
 // The Manager's own timer runs maintenance: a committed trim's segments go
 // without any call from outside, and Close waits for the pass.
 func TestMaintenanceRunsOnTheInterval(t *testing.T) {

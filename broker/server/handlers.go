@@ -184,8 +184,9 @@ func (c *conn) handleDescribe(reqID uint32, req wire.DescribeRequest, start time
 		return
 	}
 	info := l.Describe()
-	c.ok(wire.MsgDescribeOK, reqID, "describe", start, held, wire.EncodeDescribeOK(wire.DescribeOK{
-		Base: info.Base, Floor: info.ReadableStart(), Tail: info.Tail, Committed: info.Committed}))
+	c.ok(wire.MsgDescribeOK, reqID, "describe", start, held, wire.EncodeDescribeOKFor(wire.DescribeOK{
+		Base: info.Base, Floor: info.ReadableStart(), Tail: info.Tail, Committed: info.Committed,
+		Fenced: info.Fenced, Retention: info.Retention.Enabled()}, c.feats))
 }
 
 func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, held int64) {

@@ -20,10 +20,13 @@ const (
 	// FeatureTrimTag: a CursorTooOld error carries the headers of the trim
 	// that set the floor [TR-4].
 	FeatureTrimTag Features = 1 << 1
+	// FeatureLogPolicy: a DescribeOK carries the data log's policy, whether
+	// it is fenced and whether its retention is on [FD-4].
+	FeatureLogPolicy Features = 1 << 2
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -44,6 +47,8 @@ func (f Features) String() string {
 			parts = append(parts, "storage-id")
 		case FeatureTrimTag:
 			parts = append(parts, "trim-tag")
+		case FeatureLogPolicy:
+			parts = append(parts, "log-policy")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

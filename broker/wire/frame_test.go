@@ -188,3 +188,26 @@ func TestAppendAppendFrameEqualsTwoStepEncoding(t *testing.T) {
 		t.Fatalf("AppendAppendFrame = %x, %v\nwant %x", got, err, want)
 	}
 }
+
+// [FD-4] The DescribeOK policy byte exists only under FeatureLogPolicy and
+// only with bits this implementation knows; anything else is malformed.
+func TestFD4_DescribeOKPolicyByte(t *testing.T) {
+	r := DescribeOK{Base: 1, Floor: 2, Tail: 3, Committed: 3, Retention: true}
+	b := EncodeDescribeOKFor(r, FeatureLogPolicy)
+	if got, err := DecodeDescribeOKFor(b, FeatureLogPolicy); err != nil || got != r {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
+	}
+	if _, err := DecodeDescribeOK(b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("policy byte on a connection without the feature: %v, want ErrMalformed", err)
+	}
+	if _, err := DecodeDescribeOKFor(b[:len(b)-1], FeatureLogPolicy); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("policy byte missing: %v, want ErrMalformed", err)
+	}
+	bad := append(append([]byte(nil), b[:len(b)-1]...), 0x04)
+	if _, err := DecodeDescribeOKFor(bad, FeatureLogPolicy); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("unknown policy bit: %v, want ErrMalformed", err)
+	}
+	if s := (FeatureTrimTag | FeatureLogPolicy).String(); s != "trim-tag|log-policy" {
+		t.Fatalf("features %q", s)
+	}
+}

@@ -62,8 +62,8 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 		}
 	case MsgDescribeOK:
 		var r DescribeOK
-		if r, err = DecodeDescribeOK(f.Body); err == nil {
-			re = EncodeDescribeOK(r)
+		if r, err = DecodeDescribeOKFor(f.Body, feats); err == nil {
+			re = EncodeDescribeOKFor(r, feats)
 		}
 	case MsgError:
 		var e *Error
@@ -79,6 +79,10 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 	return re, err == nil
 }
 
+// fuzzFeatures are the features that change body encodings; the fuzz
+// input's bool turns them all on.
+const fuzzFeatures = FeatureTrimTag | FeatureLogPolicy
+
 // FuzzDecodeFrame feeds outside bytes to the frame decoder and every body
 // decoder. Nothing may panic or allocate beyond the input's size, and every
 // body that decodes must re-encode to exactly the same bytes.
@@ -88,13 +92,13 @@ func FuzzDecodeFrame(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(AppendFrame(nil, fr), tc.feats.Has(FeatureTrimTag))
+		f.Add(AppendFrame(nil, fr), tc.feats&fuzzFeatures != 0)
 	}
-	f.Fuzz(func(t *testing.T, in []byte, tag bool) {
+	f.Fuzz(func(t *testing.T, in []byte, on bool) {
 		const limit = 1 << 16
 		feats := Features(0)
-		if tag {
-			feats = FeatureTrimTag
+		if on {
+			feats = fuzzFeatures
 		}
 		for len(in) > 0 {
 			fr, n, err := DecodeFrame(in, limit)
@@ -150,7 +154,7 @@ func TestWriteFuzzSeedCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(tc.name, AppendFrame(nil, fr), tc.feats.Has(FeatureTrimTag))
+		write(tc.name, AppendFrame(nil, fr), tc.feats&fuzzFeatures != 0)
 	}
 	for name, b := range extra {
 		write(name, b, false)

@@ -94,6 +94,14 @@ func goldenCases() []goldenCase {
 		{name: "describe_ok", frame: func() (Frame, error) {
 			return msg(MsgDescribeOK, 6, EncodeDescribeOK(DescribeOK{Base: 0, Floor: 500, Tail: 513, Committed: 513}), nil)
 		}, decode: func(b []byte, _ Features) (any, error) { return DecodeDescribeOK(b) }, value: DescribeOK{Base: 0, Floor: 500, Tail: 513, Committed: 513}},
+		{name: "describe_ok_policy", feats: FeatureLogPolicy, frame: func() (Frame, error) {
+			return msg(MsgDescribeOK, 6, EncodeDescribeOKFor(DescribeOK{Base: 0, Floor: 500, Tail: 513, Committed: 513, Fenced: true}, FeatureLogPolicy), nil)
+		}, decode: func(b []byte, f Features) (any, error) { return DecodeDescribeOKFor(b, f) },
+			value: DescribeOK{Base: 0, Floor: 500, Tail: 513, Committed: 513, Fenced: true}},
+		// Without the feature the policy is not sent, whatever the broker knows.
+		{name: "describe_ok_policy_unnegotiated", feats: 0, frame: func() (Frame, error) {
+			return msg(MsgDescribeOK, 6, EncodeDescribeOKFor(DescribeOK{Base: 0, Floor: 500, Tail: 513, Committed: 513, Fenced: true, Retention: true}, 0), nil)
+		}, decode: func(b []byte, f Features) (any, error) { return DecodeDescribeOKFor(b, f) }, value: DescribeOK{Base: 0, Floor: 500, Tail: 513, Committed: 513}},
 		errCase("error_offset_mismatch", 0, &Error{Code: CodeOffsetMismatch, Message: "offset mismatch", Expected: 40, Tail: 42},
 			&Error{Code: CodeOffsetMismatch, Message: "offset mismatch", Expected: 40, Tail: 42}),
 		// The same refusal under no features and under trim-tag [TR-4]: a

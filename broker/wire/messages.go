@@ -87,13 +87,24 @@ type DescribeRequest struct {
 
 // DescribeOK answers a describe: Base is the shard's first offset, Floor the
 // readable start, Tail the next offset, Committed the acknowledged position
-// (records below it are durable under the shard's ack mode).
+// (records below it are durable under the shard's ack mode). With
+// FeatureLogPolicy it also says whether the data log is Fenced and whether
+// its Retention is on [FD-4]; without it both read false and mean nothing.
 type DescribeOK struct {
 	Base      uint64
 	Floor     uint64
 	Tail      uint64
 	Committed uint64
+	Fenced    bool
+	Retention bool
 }
+
+// The bits of DescribeOK's policy byte (FeatureLogPolicy).
+const (
+	policyFenced    uint8 = 1 << 0
+	policyRetention uint8 = 1 << 1
+	policyKnown           = policyFenced | policyRetention
+)
 
 func (e *enc) shard(s ShardRef) {
 	e.str(s.Stream)
@@ -356,19 +367,48 @@ func DecodeDescribe(b []byte) (DescribeRequest, error) {
 	return r, d.end("describe")
 }
 
-// EncodeDescribeOK returns the body of a DescribeOK frame.
-func EncodeDescribeOK(r DescribeOK) []byte {
-	e := enc{b: make([]byte, 0, 32)}
+// EncodeDescribeOK returns the body of a DescribeOK frame on a connection
+// without FeatureLogPolicy.
+func EncodeDescribeOK(r DescribeOK) []byte { return EncodeDescribeOKFor(r, 0) }
+
+// EncodeDescribeOKFor returns the body of a DescribeOK frame under the
+// connection's features: the policy byte follows only with
+// FeatureLogPolicy.
+func EncodeDescribeOKFor(r DescribeOK, feats Features) []byte {
+	e := enc{b: make([]byte, 0, 33)}
 	e.u64(r.Base)
 	e.u64(r.Floor)
 	e.u64(r.Tail)
 	e.u64(r.Committed)
+	if feats.Has(FeatureLogPolicy) {
+		var p uint8
+		if r.Fenced {
+			p |= policyFenced
+		}
+		if r.Retention {
+			p |= policyRetention
+		}
+		e.u8(p)
+	}
 	return e.b
 }
 
-// DecodeDescribeOK decodes a DescribeOK body.
-func DecodeDescribeOK(b []byte) (DescribeOK, error) {
+// DecodeDescribeOK decodes a DescribeOK body of a connection without
+// FeatureLogPolicy.
+func DecodeDescribeOK(b []byte) (DescribeOK, error) { return DecodeDescribeOKFor(b, 0) }
+
+// DecodeDescribeOKFor decodes a DescribeOK body under the connection's
+// features. A policy byte with a bit this implementation does not know is
+// malformed.
+func DecodeDescribeOKFor(b []byte, feats Features) (DescribeOK, error) {
 	d := newDec(b)
 	r := DescribeOK{Base: d.U64("base"), Floor: d.U64("floor"), Tail: d.U64("tail"), Committed: d.U64("committed")}
+	if feats.Has(FeatureLogPolicy) {
+		p := d.U8("policy")
+		if p&^policyKnown != 0 {
+			d.Fail("policy has unknown bits")
+		}
+		r.Fenced, r.Retention = p&policyFenced != 0, p&policyRetention != 0
+	}
 	return r, d.end("describe ok")
 }

@@ -28,24 +28,24 @@ const (
 )
 
 type felixdFlags struct {
-	broker          string
-	stream          string
-	shard           uint32
-	workload        string
-	namespace       string
-	kubeconfig      string
-	identity        string
-	streamObject    string
-	skipStreamCheck bool
-	snapshotEvery   int
-	leaseDuration   time.Duration
-	renewDeadline   time.Duration
-	retryPeriod     time.Duration
-	stepInterval    time.Duration
-	timeout         time.Duration
-	once            bool
-	verbosity       int
-	tls             tlsFlags
+	broker        string
+	stream        string
+	shard         uint32
+	workload      string
+	namespace     string
+	kubeconfig    string
+	identity      string
+	streamObject  string
+	checkEvery    time.Duration
+	snapshotEvery int
+	leaseDuration time.Duration
+	renewDeadline time.Duration
+	retryPeriod   time.Duration
+	stepInterval  time.Duration
+	timeout       time.Duration
+	once          bool
+	verbosity     int
+	tls           tlsFlags
 }
 
 // newFelixdCmd is `felix felixd`: the example lease-holding workload.
@@ -58,11 +58,13 @@ func newFelixdCmd() *cobra.Command {
 its outputs to one shard with tail-conditional writes that carry the lease
 epoch (felixd, rules [FD-1..4]; docs/felixd.md, docs/rules.md).
 
-On acquiring the lease it checks the FelixStream (--stream-object, default
---stream, in --namespace) is fenced with retention off [FD-4], rebuilds the
-counter from the latest snapshot plus the outputs after it, makes its fenced
-write and then appends one output every --step-interval, saving a snapshot
-and trimming below it every --snapshot-every outputs.
+On acquiring the lease, and again at least every --check-stream-every while
+it holds it, it checks the FelixStream (--stream-object, default --stream,
+in --namespace) is fenced, with retention off and ack Quorum or All [FD-4];
+a refusal stops it. It rebuilds the counter from the latest snapshot plus
+the outputs after it, makes its fenced write and then appends one output
+every --step-interval, saving a snapshot and trimming below it every
+--snapshot-every outputs.
 
 When a newer epoch takes over it retires; when its renewal fails it stops.
 Then it campaigns again, or with --once exits with code 4 (retired) or 5
@@ -80,7 +82,7 @@ Then it campaigns again, or with --once exits with code 4 (retired) or 5
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
 	fl.StringVar(&f.identity, "identity", "", "this holder's identity in the Lease (default: HOSTNAME-PID)")
 	fl.StringVar(&f.streamObject, "stream-object", "", "FelixStream checked for [FD-4] (default: --stream)")
-	fl.BoolVar(&f.skipStreamCheck, "skip-stream-check", false, "do not read the FelixStream (a broker without a control plane); retention must be off by other means")
+	fl.DurationVar(&f.checkEvery, "check-stream-every", felixd.DefaultCheckStreamEvery, "re-read the FelixStream at least this often while holding the lease; writes pause while it cannot be read [FD-4]")
 	fl.IntVar(&f.snapshotEvery, "snapshot-every", 100, "outputs between snapshots (0: never)")
 	fl.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "how long others wait on an unchanged lease before taking it over")
 	fl.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "how long renewal may fail before the lease is given up")
@@ -111,25 +113,23 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 	if err != nil {
 		return err
 	}
-	var check func(context.Context) error
-	if f.skipStreamCheck {
-		log.Info("not checking the FelixStream: retention must be kept off by other means [FD-4]")
-	} else {
-		scheme := runtime.NewScheme()
-		if err := felixv1.AddToScheme(scheme); err != nil {
-			return err
-		}
-		reader, err := ctrlclient.New(restCfg, ctrlclient.Options{Scheme: scheme})
-		if err != nil {
-			return err
-		}
-		name := f.streamObject
-		if name == "" {
-			name = f.stream
-		}
-		key := types.NamespacedName{Namespace: f.namespace, Name: name}
-		check = func(ctx context.Context) error { return felixd.CheckStream(ctx, reader, key) }
+	// The FelixStream is always checked [FD-4]: the Lease needs an API
+	// server anyway, so a standalone broker's stream is described there
+	// too (a FelixStream with fenced: true), and there is no way to skip it.
+	scheme := runtime.NewScheme()
+	if err := felixv1.AddToScheme(scheme); err != nil {
+		return err
 	}
+	reader, err := ctrlclient.New(restCfg, ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	name := f.streamObject
+	if name == "" {
+		name = f.stream
+	}
+	key := types.NamespacedName{Namespace: f.namespace, Name: name}
+	check := func(ctx context.Context) error { return felixd.CheckStream(ctx, reader, key) }
 
 	opts, err := f.tls.dialOptions(cmd, f.broker)
 	if err != nil {
@@ -154,7 +154,7 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 			return err
 		}
 		err = felixd.Run(cmd.Context(), felixd.RunConfig{Lease: lease, Log: shardLog, Workload: &felixd.Counter{}, CheckStream: check,
-			SnapshotEvery: f.snapshotEvery, StepInterval: f.stepInterval, Logger: log})
+			CheckStreamEvery: f.checkEvery, SnapshotEvery: f.snapshotEvery, StepInterval: f.stepInterval, Logger: log})
 		switch {
 		case err == nil:
 			return nil

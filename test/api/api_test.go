@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -157,6 +158,11 @@ apiVersion: felix.dev/v1alpha1
 kind: FelixStream
 metadata: {name: fenced-retention}
 spec: {cluster: demo, fenced: true, retention: {maxAge: 24h}}`, "a fenced stream must keep retention off"},
+		{"FD-4 ack Leader on a fenced stream", `
+apiVersion: felix.dev/v1alpha1
+kind: FelixStream
+metadata: {name: fenced-leader}
+spec: {cluster: demo, fenced: true, ack: Leader}`, "a fenced stream must acknowledge on Quorum or All"},
 		{"unknown ack mode", `
 apiVersion: felix.dev/v1alpha1
 kind: FelixStream
@@ -238,6 +244,52 @@ func TestTR7_RetentionAllowedOnUnfencedStream(t *testing.T) {
 		if err := env.Client.Create(ctx(t), u); err != nil {
 			t.Errorf("%s refused: %v", u.GetName(), err)
 		}
+	}
+}
+
+// TestFD4_FencedFixedAtCreation: `fenced` can change in no update, so it
+// cannot be switched off together with turning retention on (the way
+// around "retention stays off" while a holder runs), nor switched on
+// later; a fenced stream refuses ack Leader on update too. The other
+// fields of a fenced stream stay mutable.
+func TestFD4_FencedFixedAtCreation(t *testing.T) {
+	createNamespace(t, "fenced")
+	size := resource.MustParse("1Gi")
+	fenced := &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: "fenced", Namespace: "fenced"},
+		Spec: felixv1.FelixStreamSpec{Cluster: "demo", Fenced: true}}
+	plain := &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "fenced"},
+		Spec: felixv1.FelixStreamSpec{Cluster: "demo", Ack: felixv1.AckLeader}}
+	for _, s := range []*felixv1.FelixStream{fenced, plain} {
+		if err := env.Client.Create(ctx(t), s); err != nil {
+			t.Fatalf("create %s: %v", s.Name, err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		s      *felixv1.FelixStream
+		mutate func(*felixv1.FelixStreamSpec)
+		want   string
+	}{
+		{"unfence and retention on in one update", fenced, func(s *felixv1.FelixStreamSpec) {
+			s.Fenced, s.Retention = false, &felixv1.RetentionSpec{MaxBytes: &size}
+		}, "fenced cannot change after creation"},
+		{"unfence", fenced, func(s *felixv1.FelixStreamSpec) { s.Fenced = false }, "fenced cannot change after creation"},
+		{"ack Leader", fenced, func(s *felixv1.FelixStreamSpec) { s.Ack = felixv1.AckLeader }, "a fenced stream must acknowledge on Quorum or All"},
+		{"fence later", plain, func(s *felixv1.FelixStreamSpec) { s.Fenced, s.Ack = true, felixv1.AckQuorum }, "fenced cannot change after creation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := tc.s.DeepCopy()
+			tc.mutate(&cp.Spec)
+			err := env.Client.Update(ctx(t), cp)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("update: %v; want %q", err, tc.want)
+			}
+		})
+	}
+	cp := fenced.DeepCopy()
+	cp.Spec.Ack = felixv1.AckAll
+	if err := env.Client.Update(ctx(t), cp); err != nil {
+		t.Fatalf("ack All on a fenced stream should be accepted: %v", err)
 	}
 }
 
