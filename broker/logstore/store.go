@@ -22,9 +22,10 @@ type Store struct {
 	db   *badger.DB
 	log  logr.Logger
 
-	mu      sync.Mutex // guards logs and nextNum
-	logs    map[record.LogID]*Log
-	nextNum uint32
+	mu       sync.Mutex // guards logs, nextNum and creating
+	logs     map[record.LogID]*Log
+	nextNum  uint32
+	creating map[record.LogID]chan struct{} // closed when a creation ends; nil until one starts
 
 	// closeMu: submitters and maintenance hold it shared; Close holds it
 	// exclusively to stop new work before tearing down.
@@ -266,24 +267,44 @@ func (s *Store) Log(id record.LogID) (*Log, error) {
 }
 
 // CreateLog returns the log id, creating it with o on first use. An existing
-// log created with a different base is refused with ErrBaseMismatch.
+// log created with a different base is refused with ErrBaseMismatch. The
+// creation's write and sync run outside the store's lock, so lookups of
+// other logs (every request) never wait for them; concurrent creations of
+// one id wait for the first.
 func (s *Store) CreateLog(id record.LogID, o LogOptions) (*Log, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.leave()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l, ok := s.logs[id]; ok {
-		if l.base != o.Base {
-			return nil, fmt.Errorf("logstore: log %s has base %d, asked %d: %w", id, l.base, o.Base, ErrBaseMismatch)
+	for {
+		if l, ok := s.logs[id]; ok {
+			s.mu.Unlock()
+			if l.base != o.Base {
+				return nil, fmt.Errorf("logstore: log %s has base %d, asked %d: %w", id, l.base, o.Base, ErrBaseMismatch)
+			}
+			return l, nil
 		}
-		return l, nil
+		busy, ok := s.creating[id]
+		if !ok {
+			break
+		}
+		s.mu.Unlock()
+		<-busy
+		s.mu.Lock()
 	}
 	if o.Base >= FromEarliest {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("logstore: base %d is reserved: %w", o.Base, ErrBadRecord)
 	}
 	m := logMeta{num: s.nextNum, base: o.Base, segRecs: s.opts.SegmentRecords, start: o.Base, committed: o.Base}
+	s.nextNum++ // a failed creation leaves an unused number: harmless
+	busy := make(chan struct{})
+	if s.creating == nil {
+		s.creating = map[record.LogID]chan struct{}{}
+	}
+	s.creating[id] = busy
+	s.mu.Unlock()
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(catalogKey(id), encodeMeta(m, s.refsFormat)); err != nil {
 			return err
@@ -293,12 +314,16 @@ func (s *Store) CreateLog(id record.LogID, o LogOptions) (*Log, error) {
 	if err == nil {
 		err = s.db.Sync()
 	}
+	s.mu.Lock()
+	delete(s.creating, id)
+	close(busy)
 	if err != nil {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("logstore: create log %s: %w", id, err)
 	}
-	s.nextNum++
 	l := newLog(s, id, m)
 	s.logs[id] = l
+	s.mu.Unlock()
 	s.log.V(1).Info("created log", "log", id.String(), "base", o.Base, "segmentRecords", m.segRecs)
 	return l, nil
 }

@@ -67,6 +67,9 @@ func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byt
 	if len(shard.Stream) > maxNameLen || len(m.From) > maxNameLen || len(m.To) > maxNameLen {
 		return nil, fmt.Errorf("%w: name longer than %d bytes", ErrMalformed, maxNameLen)
 	}
+	if err := wire.CheckStreamName(shard.Stream); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
 	if m.Type < replication.MsgAppend || m.Type > replication.MsgRefuse {
 		return nil, fmt.Errorf("%w: message type %d", ErrMalformed, m.Type)
 	}
@@ -150,6 +153,9 @@ func Decode(f wire.Frame) (record.ShardID, replication.Message, error) {
 	var shard record.ShardID
 	var m replication.Message
 	shard.Stream = d.str("stream")
+	if d.Err == nil && wire.CheckStreamName(shard.Stream) != nil {
+		d.Fail("stream name %q outside the protocol's set", shard.Stream)
+	}
 	shard.Shard = d.U32("shard")
 	m.Type = replication.MsgType(d.U8("type"))
 	if d.Err == nil && (m.Type < replication.MsgAppend || m.Type > replication.MsgRefuse) {

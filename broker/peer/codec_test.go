@@ -184,3 +184,21 @@ func TestCodecAppendBaseIsOptionalTrailingField(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamNamesChecked: a replication frame naming a stream outside the
+// protocol's set is neither encoded nor decoded.
+func TestStreamNamesChecked(t *testing.T) {
+	m := sampleMessages()[4] // a probe
+	bad := record.ShardID{Stream: "not utf-8 \xff", Shard: 1}
+	if _, err := Encode(bad, m); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Encode with a bad stream name: %v, want ErrMalformed", err)
+	}
+	f, err := Encode(record.ShardID{Stream: "not-utf-8-x", Shard: 1}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Body[1+2+10] = 0xff // the name's last byte
+	if _, _, err := Decode(f); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Decode with a bad stream name: %v, want ErrMalformed", err)
+	}
+}

@@ -309,6 +309,10 @@ func hasReset(ws []replication.LogWrite) bool {
 
 // send puts a message on the wire: requests over the pool's connection
 // the core chose, answers over the accepted connection of the request.
+// Neither waits for the network (peer.Pool.Send drops a connection whose
+// queue is full, server.PeerConn.Send drops the frame), so a peer that
+// stops reading never stalls this shard's loop; the core asks again for
+// what is lost.
 func (s *shard) send(whole replication.Message) {
 	for _, msg := range split(whole, s.m.o.MaxMessageBytes) {
 		s.sendOne(msg)

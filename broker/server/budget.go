@@ -6,17 +6,34 @@ import (
 )
 
 // budget is a byte budget: acquire blocks while the bytes held would exceed
-// the limit. It bounds a connection's accepted-but-unanswered bytes.
+// the limit. Each connection has one for its accepted-but-unanswered bytes,
+// and the server one for the request frames of all connections together.
 type budget struct {
 	mu      sync.Mutex
 	limit   int64
 	held    int64
 	waiters int           // acquirers waiting on freed
 	freed   chan struct{} // closed and replaced on a release while waiters > 0
+	moved   func(delta int64)
 }
 
 func newBudget(limit int64) *budget {
 	return &budget{limit: limit, freed: make(chan struct{})}
+}
+
+// tryAcquire takes n bytes (clamped to the limit) if they fit now.
+func (b *budget) tryAcquire(n int64) (int64, bool) {
+	n = min(n, b.limit)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held+n > b.limit {
+		return 0, false
+	}
+	b.held += n
+	if b.moved != nil {
+		b.moved(n)
+	}
+	return n, true
 }
 
 // acquire takes n bytes (n is clamped to the limit), waiting for releases.
@@ -27,6 +44,9 @@ func (b *budget) acquire(ctx context.Context, n int64) (int64, error) {
 		b.mu.Lock()
 		if b.held+n <= b.limit {
 			b.held += n
+			if b.moved != nil {
+				b.moved(n)
+			}
 			b.mu.Unlock()
 			return n, nil
 		}
@@ -53,9 +73,18 @@ func (b *budget) release(n int64) {
 	}
 	b.mu.Lock()
 	b.held -= n
+	if b.moved != nil {
+		b.moved(-n)
+	}
 	if b.waiters > 0 {
 		close(b.freed)
 		b.freed = make(chan struct{})
 	}
 	b.mu.Unlock()
+}
+
+// charge is what one request holds until its answer is written: bytes of
+// its connection's budget and of the server's frame budget.
+type charge struct {
+	conn, frame int64
 }

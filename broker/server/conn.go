@@ -24,7 +24,7 @@ import (
 // the answer is written.
 type outFrame struct {
 	b       []byte
-	release int64
+	release charge
 }
 
 // conn is one client connection: a reader goroutine that decodes frames and
@@ -145,7 +145,7 @@ func (c *conn) handshake(br *bufio.Reader) bool {
 	if !c.setReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout)) {
 		return false
 	}
-	f, err := wire.ReadFrame(br, c.s.opts.MaxFrameSize)
+	f, err := wire.ReadFrame(br, min(c.s.opts.MaxFrameSize, maxHelloFrame))
 	if err != nil {
 		if c.isDraining() {
 			c.violation("draining", &wire.Error{Code: wire.CodeUnavailable, Message: "the broker is stopping"})
@@ -198,14 +198,15 @@ func (c *conn) violation(reason string, e *wire.Error) {
 
 func (c *conn) readLoop(br *bufio.Reader) {
 	o := &c.s.opts
-	armed := false // a deadline is set on the connection
+	armed := true // a deadline is set on the connection: the handshake's
 	for {
 		if c.isDraining() {
 			return
 		}
 		// A frame already whole in the buffer is read without touching
 		// the connection, so it needs no deadline (the pipelined case).
-		if !frameBuffered(br) {
+		buffered := frameBuffered(br)
+		if !buffered {
 			if o.IdleTimeout > 0 || armed {
 				idle := time.Time{}
 				if o.IdleTimeout > 0 {
@@ -214,6 +215,7 @@ func (c *conn) readLoop(br *bufio.Reader) {
 				if !c.setReadDeadline(idle) {
 					return
 				}
+				armed = o.IdleTimeout > 0
 			}
 			if _, err := br.Peek(1); err != nil {
 				if c.isDraining() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
@@ -231,25 +233,106 @@ func (c *conn) readLoop(br *bufio.Reader) {
 			}
 			armed = true
 		}
-		f, err := wire.ReadFrame(br, o.MaxFrameSize)
+		h, err := wire.ReadFrameHeader(br, o.MaxFrameSize)
 		if err != nil {
-			var tooLarge *wire.FrameTooLargeError
-			switch {
-			case c.isDraining():
-			case errors.As(err, &tooLarge):
-				c.violation("frame-too-large", &wire.Error{Code: wire.CodeRecordTooLarge, Message: err.Error(), Limit: tooLarge.Limit})
-			case errors.Is(err, wire.ErrFrameTooShort):
-				c.violation("bad-frame", &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				c.violation("frame-timeout", &wire.Error{Code: wire.CodeBadRequest, Message: "frame not completed within the frame timeout"})
-			default:
-				c.s.opts.Metrics.connDropped("read-error")
-			}
+			c.readFailed(err)
 			return
 		}
-		if !c.dispatch(f) {
+		held, ok := c.admit(br, h, buffered)
+		if !ok {
 			return
 		}
+		if held < 0 {
+			continue // refused and answered; the body was read past
+		}
+		f, err := wire.ReadFrameBody(br, h)
+		if err != nil {
+			c.s.frames.release(held)
+			c.readFailed(err)
+			return
+		}
+		if !c.dispatch(f, held) {
+			return
+		}
+	}
+}
+
+// admit takes the frame's bytes from the server's frame budget before its
+// body is read, waiting up to FrameMemoryWait. It returns the bytes held,
+// or -1 for a frame it refused (its body read past without being kept and
+// the request answered with Unavailable); ok is false when the connection
+// must stop.
+func (c *conn) admit(br *bufio.Reader, h wire.FrameHeader, buffered bool) (held int64, ok bool) {
+	o := &c.s.opts
+	if n, ok := c.s.frames.tryAcquire(h.Size()); ok {
+		return n, true
+	}
+	ctx, cancel := context.WithTimeout(c.waitCtx, o.FrameMemoryWait)
+	n, err := c.s.frames.acquire(ctx, h.Size())
+	cancel()
+	if c.waitCtx.Err() != nil {
+		if err == nil {
+			c.s.frames.release(n)
+		}
+		return 0, false // draining, or the connection failed
+	}
+	// The wait counts against neither the frame's deadline nor the idle
+	// one: the body gets a whole FrameTimeout from now.
+	if !buffered && !c.setReadDeadline(time.Now().Add(o.FrameTimeout)) {
+		if err == nil {
+			c.s.frames.release(n)
+		}
+		return 0, false
+	}
+	if err == nil {
+		return n, true
+	}
+	o.Metrics.frameMemoryRefused()
+	c.log.V(1).Info("frame refused: frame memory budget full", "type", h.Type.String(), "bytes", h.Size())
+	if err := wire.DiscardFrameBody(br, h); err != nil {
+		c.readFailed(err)
+		return 0, false
+	}
+	if h.Type.ReservedReplication() {
+		return -1, true // not a request: the replication core sends again
+	}
+	c.reqWG.Add(1)
+	c.unanswered.Add(1)
+	c.fail(h.ReqID, opName(h.Type), time.Now(), charge{}, &wire.Error{Code: wire.CodeUnavailable,
+		Message: "the broker's frame memory is full (--max-frame-memory); nothing of the request was applied, retry later"})
+	return -1, true
+}
+
+// opName is the metrics label of a request type.
+func opName(t wire.MsgType) string {
+	switch t {
+	case wire.MsgAppend:
+		return "append"
+	case wire.MsgRead:
+		return "read"
+	case wire.MsgTrim:
+		return "trim"
+	case wire.MsgDescribe:
+		return "describe"
+	case wire.MsgHello:
+		return "hello"
+	}
+	return "unknown"
+}
+
+// readFailed ends the connection after a frame could not be read.
+func (c *conn) readFailed(err error) {
+	var tooLarge *wire.FrameTooLargeError
+	switch {
+	case c.isDraining():
+	case errors.As(err, &tooLarge):
+		c.violation("frame-too-large", &wire.Error{Code: wire.CodeRecordTooLarge, Message: err.Error(), Limit: tooLarge.Limit})
+	case errors.Is(err, wire.ErrFrameTooShort):
+		c.violation("bad-frame", &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.violation("frame-timeout", &wire.Error{Code: wire.CodeBadRequest, Message: "frame not completed within the frame timeout"})
+	default:
+		c.s.opts.Metrics.connDropped("read-error")
 	}
 }
 
@@ -267,7 +350,7 @@ func frameBuffered(br *bufio.Reader) bool {
 }
 
 // answer queues an answer frame; release is the budget its request held.
-func (c *conn) answer(t wire.MsgType, reqID uint32, body []byte, release int64) {
+func (c *conn) answer(t wire.MsgType, reqID uint32, body []byte, release charge) {
 	c.out <- outFrame{b: wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(body)), wire.Frame{Type: t, ReqID: reqID, Body: body}), release: release}
 }
 
@@ -295,7 +378,8 @@ func (c *conn) writeLoop() {
 				_ = c.nc.Close()
 			}
 		}
-		c.budget.release(of.release)
+		c.budget.release(of.release.conn)
+		c.s.frames.release(of.release.frame)
 	}
 	if !broken {
 		_ = bw.Flush()

@@ -4,7 +4,8 @@
 // It owns one decision: how requests arriving on a connection become calls
 // on shard logs and how their answers go back, under the connection limits
 // (maximum frame size, records per batch, in-flight bytes per connection,
-// handshake and frame deadlines). Storage is reached through the Shards and
+// a frame memory budget shared by all connections, connections in all and
+// per remote address, handshake, frame and idle deadlines). Storage is reached through the Shards and
 // Log interfaces declared here, so replication can later sit between the
 // server and the log store.
 //
@@ -18,8 +19,10 @@
 // Goroutines per connection: one reader (handshake, frame decoding,
 // dispatch, backpressure), one writer (answers in queue order, one flush
 // for many answers), one per shard queue while it has work, one per read or
-// describe in flight.
+// describe in flight, and on a connection that carries replication one that
+// moves the bounded replication send queue to the writer.
 //
 // Lock order: Server.mu before conn.dmu; conn.qmu, budget.mu and
-// peerConn.mu are taken alone.
+// storeShards.mu are taken alone (storeShards.mu before the store's own
+// lock).
 package server

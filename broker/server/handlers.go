@@ -15,33 +15,40 @@ import (
 // for per-record framing overhead.
 const readAnswerReserve = 64 << 10
 
-// dispatch handles one frame read after the handshake. It reports false when
-// the connection must stop reading.
-func (c *conn) dispatch(f wire.Frame) bool {
+// dispatch handles one frame read after the handshake; frameHeld is what
+// the frame holds of the server's frame budget. It reports false when the
+// connection must stop reading.
+func (c *conn) dispatch(f wire.Frame, frameHeld int64) bool {
 	if c.serveReplication(f) {
+		c.s.frames.release(frameHeld)
 		return true
 	}
 	start := time.Now()
 	o := &c.s.opts
-	charge := int64(wire.FrameHeaderSize + len(f.Body))
+	want := int64(wire.FrameHeaderSize + len(f.Body))
 	var readReq wire.ReadRequest
 	if f.Type == wire.MsgRead {
 		var err error
-		if readReq, err = wire.DecodeRead(f.Body); err != nil {
+		if readReq, err = wire.DecodeRead(f.Body); err == nil {
+			err = checkReadOffset(readReq)
+		}
+		if err != nil {
 			c.reqWG.Add(1)
 			c.unanswered.Add(1)
-			c.fail(f.ReqID, "read", start, 0, err)
+			c.fail(f.ReqID, "read", start, charge{frame: frameHeld}, err)
 			return true
 		}
 		readReq.MaxBytes = c.clampReadBytes(readReq.MaxBytes)
-		charge += int64(readReq.MaxBytes) + readAnswerReserve
+		want += int64(readReq.MaxBytes) + readAnswerReserve
 	}
 	// Backpressure: stop reading this connection while its unanswered
 	// requests hold the in-flight budget.
-	held, err := c.budget.acquire(c.waitCtx, charge)
+	connHeld, err := c.budget.acquire(c.waitCtx, want)
 	if err != nil {
+		c.s.frames.release(frameHeld)
 		return false
 	}
+	held := charge{conn: connHeld, frame: frameHeld}
 	c.reqWG.Add(1)
 	c.unanswered.Add(1)
 	switch f.Type {
@@ -84,6 +91,18 @@ func (c *conn) dispatch(f wire.Frame) bool {
 		c.fail(f.ReqID, "unknown", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: msg})
 	}
 	return true
+}
+
+// checkReadOffset refuses an explicit start offset that is one of the
+// store's reserved markers (logstore.FromEarliest, FromLatest): the wire's
+// from field is the only way to ask for earliest or latest, and no real
+// offset reaches those values.
+func checkReadOffset(r wire.ReadRequest) error {
+	if r.From == wire.FromOffset && r.Offset >= min(logstore.FromEarliest, logstore.FromLatest) {
+		return &wire.Error{Code: wire.CodeBadRequest,
+			Message: fmt.Sprintf("read offset %d is reserved; use from=earliest or from=latest", r.Offset)}
+	}
+	return nil
 }
 
 // DefaultReadBytes is a read's byte bound when the request leaves it 0.
@@ -142,7 +161,7 @@ func (c *conn) checkAppend(req wire.AppendRequest) error {
 }
 
 // fail answers reqID with the error mapped to its wire code.
-func (c *conn) fail(reqID uint32, op string, start time.Time, held int64, err error) {
+func (c *conn) fail(reqID uint32, op string, start time.Time, held charge, err error) {
 	e := mapError(err)
 	body, encErr := wire.EncodeError(e, c.feats)
 	if encErr != nil {
@@ -155,7 +174,7 @@ func (c *conn) fail(reqID uint32, op string, start time.Time, held int64, err er
 }
 
 // ok answers reqID with a success message.
-func (c *conn) ok(t wire.MsgType, reqID uint32, op string, start time.Time, held int64, body []byte) {
+func (c *conn) ok(t wire.MsgType, reqID uint32, op string, start time.Time, held charge, body []byte) {
 	c.s.opts.Metrics.request(op, "ok", time.Since(start))
 	c.unanswered.Add(-1)
 	c.answer(t, reqID, body, held)
@@ -177,7 +196,7 @@ func mapError(err error) *wire.Error {
 	return wire.ErrorFrom(err)
 }
 
-func (c *conn) handleDescribe(reqID uint32, req wire.DescribeRequest, start time.Time, held int64) {
+func (c *conn) handleDescribe(reqID uint32, req wire.DescribeRequest, start time.Time, held charge) {
 	l, err := c.s.shards.DataLog(req.Shard)
 	if err != nil {
 		c.fail(reqID, "describe", start, held, err)
@@ -189,7 +208,7 @@ func (c *conn) handleDescribe(reqID uint32, req wire.DescribeRequest, start time
 		Fenced: info.Fenced, Retention: info.Retention.Enabled()}, c.feats))
 }
 
-func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, held int64) {
+func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, held charge) {
 	o := &c.s.opts
 	l, err := c.s.shards.DataLog(req.Shard)
 	if err != nil {

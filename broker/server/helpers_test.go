@@ -35,6 +35,12 @@ func startBroker(t *testing.T, opts Options) *broker {
 // startBrokerMode is startBroker with a chosen fsync mode.
 func startBrokerMode(t *testing.T, mode logstore.FsyncMode, opts Options) *broker {
 	t.Helper()
+	return startBrokerWith(t, mode, opts, func(s *logstore.Store, _ *Metrics) Shards { return StoreShards(s) })
+}
+
+// startBrokerWith is startBrokerMode serving the shards mk makes of the store.
+func startBrokerWith(t *testing.T, mode logstore.FsyncMode, opts Options, mk func(*logstore.Store, *Metrics) Shards) *broker {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -45,7 +51,7 @@ func startBrokerMode(t *testing.T, mode logstore.FsyncMode, opts Options) *broke
 		t.Fatal(err)
 	}
 	opts.Metrics = m
-	srv := New(StoreShards(store), opts)
+	srv := New(mk(store, m), opts)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

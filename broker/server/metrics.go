@@ -28,6 +28,10 @@ type Metrics struct {
 	connections    prometheus.Gauge
 	accepted       prometheus.Counter
 	dropped        *prometheus.CounterVec
+	frameMemory    prometheus.Gauge
+	frameRefused   prometheus.Counter
+	peerDropped    prometheus.Counter
+	shardsRefused  prometheus.Counter
 }
 
 var _ logstore.Metrics = (*Metrics)(nil)
@@ -63,7 +67,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_connections_accepted_total",
 			Help: "Protocol connections accepted."}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_connections_dropped_total",
-			Help: "Connections the broker closed for a protocol violation or deadline, by reason."}, []string{"reason"}),
+			Help: "Connections the broker closed or refused for a protocol violation, a deadline or a connection limit, by reason."}, []string{"reason"}),
+		frameMemory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_frame_memory_bytes",
+			Help: "Bytes of request frames admitted against the frame memory budget (--max-frame-memory) and not yet answered."}),
+		frameRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_frame_memory_refusals_total",
+			Help: "Frames refused because the frame memory budget stayed full for --frame-memory-wait."}),
+		peerDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_peer_sends_dropped_total",
+			Help: "Replication frames dropped because a peer connection's send queue was full (the peer reads too slowly)."}),
+		shardsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_shard_creations_refused_total",
+			Help: "Appends refused because creating their shard would exceed --max-shards (standalone)."}),
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "read", "trim", "describe"} {
@@ -71,7 +83,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
-		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped} {
+		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
+		m.frameMemory, m.frameRefused, m.peerDropped, m.shardsRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -151,4 +164,32 @@ func (m *Metrics) connDropped(reason string) {
 		return
 	}
 	m.dropped.WithLabelValues(reason).Inc()
+}
+
+func (m *Metrics) frameMemoryMoved(delta int64) {
+	if m == nil {
+		return
+	}
+	m.frameMemory.Add(float64(delta))
+}
+
+func (m *Metrics) frameMemoryRefused() {
+	if m == nil {
+		return
+	}
+	m.frameRefused.Inc()
+}
+
+func (m *Metrics) peerSendDropped() {
+	if m == nil {
+		return
+	}
+	m.peerDropped.Inc()
+}
+
+func (m *Metrics) shardRefused() {
+	if m == nil {
+		return
+	}
+	m.shardsRefused.Inc()
 }

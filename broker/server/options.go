@@ -21,7 +21,23 @@ const (
 	DefaultMaxReadWait      = 60 * time.Second
 	DefaultMaxReadRecords   = 10000
 	DefaultMaxConnections   = 1024
+	// DefaultIdleTimeout disconnects a client silent for this long.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultMaxConnectionsPerAddress bounds the connections from one IP.
+	DefaultMaxConnectionsPerAddress = 256
+	// DefaultMaxFrameMemory bounds the request frames of all connections.
+	DefaultMaxFrameMemory = 256 << 20
+	// DefaultFrameMemoryWait is how long a frame waits for the budget.
+	DefaultFrameMemoryWait = 5 * time.Second
+	// DefaultPeerQueueFrames and DefaultPeerQueueBytes bound the frames
+	// waiting to go out on one replication connection.
+	DefaultPeerQueueFrames = 4096
+	DefaultPeerQueueBytes  = 64 << 20
 )
+
+// maxHelloFrame bounds the first frame of a connection: a Hello is a few
+// dozen bytes, and nothing larger is read from a peer not yet identified.
+const maxHelloFrame = 4 << 10
 
 // Options configures a Server. Zero values take the defaults above.
 type Options struct {
@@ -63,8 +79,9 @@ type Options struct {
 	// FrameTimeout bounds the time from a frame's first byte to its last:
 	// a client that sends half a frame and stalls is disconnected.
 	FrameTimeout time.Duration
-	// IdleTimeout, when positive, disconnects a client that sends nothing
-	// for that long between frames. Zero: idle connections stay.
+	// IdleTimeout disconnects a client that sends nothing for that long
+	// between frames (Error BadRequest "idle timeout", request id 0). Zero
+	// means DefaultIdleTimeout; negative: idle connections stay.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds one write of answers to a connection.
 	WriteTimeout time.Duration
@@ -76,6 +93,29 @@ type Options struct {
 	// with Unavailable and closed. With MaxInFlightBytes it bounds the
 	// memory held by requests.
 	MaxConnections int
+	// MaxConnectionsPerAddress bounds the open connections from one remote
+	// IP address; one more is answered with Unavailable and closed (counted
+	// as connections dropped, reason too-many-from-address). Zero means
+	// DefaultMaxConnectionsPerAddress; negative: no bound.
+	MaxConnectionsPerAddress int
+	// MaxFrameMemory bounds the bytes of request frames all connections
+	// together hold, from the frame's header until its answer is written
+	// (replication frames until they are handed on). A frame is admitted
+	// against it before its body is read; one that does not fit waits up to
+	// FrameMemoryWait and is then read past without being kept and answered
+	// with Unavailable. Raised to MaxFrameSize plus the length field if
+	// lower. Zero means DefaultMaxFrameMemory.
+	MaxFrameMemory int64
+	// FrameMemoryWait is how long a frame waits for MaxFrameMemory; zero
+	// means DefaultFrameMemoryWait.
+	FrameMemoryWait time.Duration
+	// PeerQueueFrames and PeerQueueBytes bound the replication frames
+	// waiting to be written on one accepted connection (PeerConn.Send);
+	// a send that does not fit is dropped and counted, never waited for
+	// (the replication core re-sends what is lost). Zero means the
+	// defaults above.
+	PeerQueueFrames int
+	PeerQueueBytes  int64
 }
 
 func (o Options) withDefaults() Options {
@@ -120,6 +160,27 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxConnectionsPerAddress == 0 {
+		o.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
+	}
+	if o.MaxFrameMemory <= 0 {
+		o.MaxFrameMemory = DefaultMaxFrameMemory
+	}
+	if o.MaxFrameMemory < 4+int64(o.MaxFrameSize) {
+		o.MaxFrameMemory = 4 + int64(o.MaxFrameSize)
+	}
+	if o.FrameMemoryWait <= 0 {
+		o.FrameMemoryWait = DefaultFrameMemoryWait
+	}
+	if o.PeerQueueFrames <= 0 {
+		o.PeerQueueFrames = DefaultPeerQueueFrames
+	}
+	if o.PeerQueueBytes <= 0 {
+		o.PeerQueueBytes = DefaultPeerQueueBytes
 	}
 	return o
 }

@@ -13,7 +13,7 @@ import (
 type pending struct {
 	reqID uint32
 	start time.Time
-	held  int64
+	held  charge
 	app   *wire.AppendRequest
 	trim  *wire.TrimRequest
 }

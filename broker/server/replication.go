@@ -1,7 +1,7 @@
 package server
 
 import (
-	"sync"
+	"sync/atomic"
 
 	"felix.dev/felix/broker/wire"
 )
@@ -28,36 +28,74 @@ type PeerConn interface {
 	// StorageID is the storage id the peer presented in its Hello, or nil
 	// if it did not negotiate wire.FeatureStorageID [RP-2].
 	StorageID() []byte
-	// Send queues f on the connection, after every answer queued before
-	// it. It reports false, sending nothing, once the connection is done.
+	// Send queues f on the connection's bounded send queue, after every
+	// frame sent before it, and returns at once: it never waits for the
+	// network. It reports false, sending nothing, once the connection is
+	// done or when the queue is full (Options.PeerQueueFrames,
+	// PeerQueueBytes; the frame is dropped and counted in
+	// felix_broker_peer_sends_dropped_total; the replication core treats
+	// it as lost on the network and asks again).
 	Send(f wire.Frame) bool
 	// Done is closed when the connection stops reading (peer gone,
 	// violation, drain); Send reports false from then on.
 	Done() <-chan struct{}
 }
 
-// peerConn implements PeerConn over a server connection. It holds the
-// connection's request wait group while open, so the connection's answer
-// queue stays open for Send until Done is closed.
+// peerConn implements PeerConn over a server connection. Its queue is
+// drained into the connection's answer queue by a goroutine of its own,
+// which holds the connection's request wait group while the connection
+// reads, so the answer queue stays open for it.
 type peerConn struct {
-	c    *conn
-	mu   sync.Mutex
-	shut bool
-	done chan struct{}
+	c      *conn
+	q      chan []byte
+	queued atomic.Int64 // bytes in q
+	shut   atomic.Bool
+	done   chan struct{}
 }
 
 func (p *peerConn) StorageID() []byte     { return p.c.peerID }
 func (p *peerConn) Done() <-chan struct{} { return p.done }
 
 func (p *peerConn) Send(f wire.Frame) bool {
-	b := wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(f.Body)), f)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.shut {
+	if p.shut.Load() {
 		return false
 	}
-	p.c.out <- outFrame{b: b}
-	return true
+	o := &p.c.s.opts
+	b := wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(f.Body)), f)
+	n := int64(len(b))
+	if p.queued.Add(n) > o.PeerQueueBytes {
+		p.queued.Add(-n)
+		o.Metrics.peerSendDropped()
+		return false
+	}
+	select {
+	case p.q <- b:
+		return true
+	default:
+		p.queued.Add(-n)
+		o.Metrics.peerSendDropped()
+		return false
+	}
+}
+
+// forward moves queued frames to the connection's writer until the
+// connection stops reading; frames still queued then are dropped.
+func (p *peerConn) forward() {
+	defer p.c.reqWG.Done()
+	for {
+		select {
+		case b := <-p.q:
+			p.c.out <- outFrame{b: b}
+			p.queued.Add(-int64(len(b)))
+			if p.c.waitCtx.Err() == nil {
+				continue
+			}
+		case <-p.c.waitCtx.Done():
+		}
+		p.shut.Store(true)
+		close(p.done)
+		return
+	}
 }
 
 // serveReplication hands a replication frame to the configured handler. It
@@ -69,18 +107,11 @@ func (c *conn) serveReplication(f wire.Frame) bool {
 		return false
 	}
 	if c.repl == nil {
-		p := &peerConn{c: c, done: make(chan struct{})}
+		p := &peerConn{c: c, q: make(chan []byte, c.s.opts.PeerQueueFrames), done: make(chan struct{})}
 		c.repl = p
 		c.replicating.Store(true)
 		c.reqWG.Add(1)
-		go func() {
-			<-c.waitCtx.Done()
-			p.mu.Lock()
-			p.shut = true
-			close(p.done)
-			p.mu.Unlock()
-			c.reqWG.Done()
-		}()
+		go p.forward()
 	}
 	h.ServeReplication(c.repl, f)
 	return true

@@ -31,9 +31,14 @@ type Server struct {
 	waitCtx     context.Context
 	waitCancel  context.CancelFunc
 
+	// frames is the budget of request frames of all connections
+	// (Options.MaxFrameMemory).
+	frames *budget
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perAddr   map[string]int // open connections by remote IP
 	draining  bool
 	serving   atomic.Int32 // listeners in Serve
 	wg        sync.WaitGroup
@@ -43,7 +48,9 @@ type Server struct {
 func New(shards Shards, opts Options) *Server {
 	opts = opts.withDefaults()
 	s := &Server{opts: opts, shards: shards, log: opts.Logger,
-		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perAddr: map[string]int{},
+		frames: newBudget(opts.MaxFrameMemory)}
+	s.frames.moved = opts.Metrics.frameMemoryMoved
 	s.storeCtx, s.storeCancel = context.WithCancel(context.Background())
 	s.waitCtx, s.waitCancel = context.WithCancel(s.storeCtx)
 	return s
@@ -92,18 +99,20 @@ func (s *Server) Serve(l net.Listener) error {
 			_ = nc.Close()
 			continue
 		}
+		addr := remoteIP(nc)
 		if len(s.conns) >= s.opts.MaxConnections {
 			s.mu.Unlock()
-			s.opts.Metrics.connDropped("too-many-connections")
-			if s.opts.TLS != nil {
-				_ = nc.Close() // a plaintext frame means nothing to a TLS client
-			} else {
-				go refuse(nc, &wire.Error{Code: wire.CodeUnavailable, Message: "too many connections"})
-			}
+			s.refuse(nc, "too-many-connections", "too many connections")
+			continue
+		}
+		if limit := s.opts.MaxConnectionsPerAddress; limit > 0 && s.perAddr[addr] >= limit {
+			s.mu.Unlock()
+			s.refuse(nc, "too-many-from-address", "too many connections from "+addr)
 			continue
 		}
 		c := newConn(s, nc)
 		s.conns[c] = struct{}{}
+		s.perAddr[addr]++
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
@@ -111,14 +120,43 @@ func (s *Server) Serve(l net.Listener) error {
 			c.serve()
 			s.mu.Lock()
 			delete(s.conns, c)
+			if s.perAddr[addr]--; s.perAddr[addr] <= 0 {
+				delete(s.perAddr, addr)
+			}
 			s.mu.Unlock()
 		}()
 	}
 }
 
-// refuse answers a connection the server will not serve with a
+// remoteIP is the address a connection limit counts: the peer's IP, or the
+// whole remote address when it has no host part.
+func remoteIP(nc net.Conn) string {
+	a := nc.RemoteAddr()
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		return host
+	}
+	return a.String()
+}
+
+// refuse counts a connection refused at accept for reason and closes it,
+// after an Unavailable error frame unless it is TLS (a plaintext frame
+// means nothing to a TLS client).
+func (s *Server) refuse(nc net.Conn, reason, msg string) {
+	s.opts.Metrics.connDropped(reason)
+	s.log.V(1).Info("refusing connection", "remote", nc.RemoteAddr().String(), "reason", reason)
+	if s.opts.TLS != nil {
+		_ = nc.Close()
+		return
+	}
+	go refuseConn(nc, &wire.Error{Code: wire.CodeUnavailable, Message: msg})
+}
+
+// refuseConn answers a connection the server will not serve with a
 // connection-level error (no features negotiated) and closes it.
-func refuse(nc net.Conn, e *wire.Error) {
+func refuseConn(nc net.Conn, e *wire.Error) {
 	body, err := wire.EncodeError(e, 0)
 	if err != nil {
 		_ = nc.Close()

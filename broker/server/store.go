@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/wire"
 )
 
 // Log is what the server needs from one shard log. *logstore.Log satisfies
@@ -53,16 +56,161 @@ type Shards interface {
 	DataLog(shard record.ShardID) (Log, error)
 }
 
-// StoreShards serves every shard's data log from one log store, creating
-// logs on first use: the standalone mode, where each shard has one replica.
-func StoreShards(s *logstore.Store) Shards { return storeShards{s} }
+// DefaultMaxShards bounds the shards a standalone broker creates.
+const DefaultMaxShards = 4096
 
-type storeShards struct{ s *logstore.Store }
+// StoreShardsOptions configures NewStoreShards.
+type StoreShardsOptions struct {
+	// MaxShards bounds the data logs the store may hold: an append that
+	// would create one more is refused with Unavailable and counted in
+	// felix_broker_shard_creations_refused_total. Zero means
+	// DefaultMaxShards; negative means no bound.
+	MaxShards int
+	// Metrics counts the refusals; nil counts nothing.
+	Metrics *Metrics
+}
 
-func (s storeShards) DataLog(shard record.ShardID) (Log, error) {
-	l, err := s.s.Log(record.LogID{ShardID: shard, Log: record.LogData})
+// StoreShards is NewStoreShards with the default options.
+func StoreShards(s *logstore.Store) Shards { return NewStoreShards(s, StoreShardsOptions{}) }
+
+// NewStoreShards serves every shard's data log from one log store: the
+// standalone mode, where each shard has one replica (this broker). A shard
+// the store does not hold reads, describes and trims as an empty shard at
+// base 0 without being created; its first append creates it, up to
+// o.MaxShards. So requests that only look never leave a log behind.
+func NewStoreShards(s *logstore.Store, o StoreShardsOptions) Shards {
+	if o.MaxShards == 0 {
+		o.MaxShards = DefaultMaxShards
+	}
+	ss := &storeShards{s: s, o: o, created: make(chan struct{})}
+	for _, id := range s.Logs() {
+		if id.Log == record.LogData {
+			ss.count++
+		}
+	}
+	return ss
+}
+
+type storeShards struct {
+	s *logstore.Store
+	o StoreShardsOptions
+
+	mu      sync.Mutex // serialises creations; guards count and created
+	count   int        // data logs in the store
+	created chan struct{}
+}
+
+func (s *storeShards) DataLog(shard record.ShardID) (Log, error) {
+	id := record.LogID{ShardID: shard, Log: record.LogData}
+	if l, ok := s.s.Lookup(id); ok {
+		return l, nil
+	}
+	return &absentLog{s: s, id: id}, nil
+}
+
+// create returns the log id, creating it if it still does not exist and
+// the bound allows.
+func (s *storeShards) create(id record.LogID) (*logstore.Log, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.s.Lookup(id); ok {
+		return l, nil
+	}
+	if s.o.MaxShards > 0 && s.count >= s.o.MaxShards {
+		s.o.Metrics.shardRefused()
+		return nil, &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("%s: not created: this broker holds %d shards, its limit (--max-shards)", id.ShardID, s.count)}
+	}
+	l, err := s.s.CreateLog(id, logstore.LogOptions{})
 	if err != nil {
 		return nil, err
 	}
+	s.count++
+	close(s.created)
+	s.created = make(chan struct{})
 	return l, nil
+}
+
+// wait returns a channel closed at the next creation of any log.
+func (s *storeShards) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.created
+}
+
+// absentLog is a shard the store does not hold (yet): it answers as the
+// empty shard at base 0 would, and turns into the real log once one
+// exists. Only an append creates it.
+type absentLog struct {
+	s  *storeShards
+	id record.LogID
+}
+
+func (a *absentLog) real() (*logstore.Log, bool) { return a.s.s.Lookup(a.id) }
+
+func (a *absentLog) Append(ctx context.Context, recs []record.Record, expectTail *uint64) (logstore.AppendResult, error) {
+	l, err := a.s.create(a.id)
+	if err != nil {
+		return logstore.AppendResult{}, err
+	}
+	return l.Append(ctx, recs, expectTail)
+}
+
+// SubmitAppend implements Submitter, creating the log as Append does.
+func (a *absentLog) SubmitAppend(ctx context.Context, recs []record.Record, expectTail *uint64) (AppendWait, error) {
+	l, err := a.s.create(a.id)
+	if err != nil {
+		return nil, err
+	}
+	return l.SubmitAppend(ctx, recs, expectTail)
+}
+
+func (a *absentLog) Read(from uint64, opts logstore.ReadOptions) (logstore.ReadResult, error) {
+	if l, ok := a.real(); ok {
+		return l.Read(from, opts)
+	}
+	switch {
+	case from == logstore.FromEarliest || from == logstore.FromLatest:
+		from = 0
+	case from > 0:
+		return logstore.ReadResult{}, fmt.Errorf("server: read from %d above tail 0: %w", from, logstore.ErrBeyondTail)
+	}
+	return logstore.ReadResult{Next: from}, nil
+}
+
+// Trim answers as the empty log's trim would: the tail must be 0, and a
+// floor of 0 is a no-op [TR-3]; nothing is created.
+func (a *absentLog) Trim(ctx context.Context, req logstore.TrimRequest) (logstore.TrimResult, error) {
+	if l, ok := a.real(); ok {
+		return l.Trim(ctx, req)
+	}
+	if req.ExpectTail != 0 {
+		return logstore.TrimResult{}, &record.OffsetMismatchError{Expected: req.ExpectTail, Tail: 0}
+	}
+	if req.Floor > 0 {
+		return logstore.TrimResult{}, fmt.Errorf("server: trim floor %d above the trim's own offset 0 in %s: %w", req.Floor, a.id, logstore.ErrFloorAboveTrim)
+	}
+	return logstore.TrimResult{NoOp: true}, nil
+}
+
+func (a *absentLog) Describe() logstore.Info {
+	if l, ok := a.real(); ok {
+		return l.Describe()
+	}
+	return logstore.Info{ID: a.id}
+}
+
+// WaitCommitted waits for the log to be created, then for the offset.
+func (a *absentLog) WaitCommitted(ctx context.Context, from uint64) error {
+	for {
+		ch := a.s.wait()
+		if l, ok := a.real(); ok {
+			return l.WaitCommitted(ctx, from)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

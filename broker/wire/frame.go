@@ -62,28 +62,92 @@ func WriteFrame(w io.Writer, f Frame) error {
 // byte is read or allocated. io.EOF is returned only when r ends exactly at a
 // frame boundary; a frame cut short returns io.ErrUnexpectedEOF.
 func ReadFrame(r *bufio.Reader, maxSize uint32) (Frame, error) {
+	h, err := ReadFrameHeader(r, maxSize)
+	if err != nil {
+		return Frame{}, err
+	}
+	return ReadFrameBody(r, h)
+}
+
+// FrameHeader is a frame's fixed prefix: the length field, the type and the
+// request id.
+type FrameHeader struct {
+	// Length is the length field: 5 plus the body length.
+	Length uint32
+	Type   MsgType
+	ReqID  uint32
+}
+
+// BodyLen is the length of the body that follows the prefix.
+func (h FrameHeader) BodyLen() int { return int(h.Length) - frameFixed }
+
+// Size is the whole frame's size on the wire, prefix included.
+func (h FrameHeader) Size() int64 { return 4 + int64(h.Length) }
+
+// ReadFrameHeader reads a frame's fixed prefix, checking the length field as
+// ReadFrame does (*FrameTooLargeError, ErrFrameTooShort, io.EOF at a frame
+// boundary, io.ErrUnexpectedEOF when cut short). It allocates nothing, so a
+// reader can admit the body against a memory budget before reading it.
+func ReadFrameHeader(r io.Reader, maxSize uint32) (FrameHeader, error) {
 	var hdr [FrameHeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
-		return Frame{}, err
+		return FrameHeader{}, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
 	if n < frameFixed {
-		return Frame{}, fmt.Errorf("%w: %d", ErrFrameTooShort, n)
+		return FrameHeader{}, fmt.Errorf("%w: %d", ErrFrameTooShort, n)
 	}
 	if n > maxSize {
-		return Frame{}, &FrameTooLargeError{Size: uint64(n), Limit: uint64(maxSize)}
+		return FrameHeader{}, &FrameTooLargeError{Size: uint64(n), Limit: uint64(maxSize)}
 	}
 	if _, err := io.ReadFull(r, hdr[4:]); err != nil {
+		return FrameHeader{}, unexpected(err)
+	}
+	return FrameHeader{Length: n, Type: MsgType(hdr[4]), ReqID: binary.BigEndian.Uint32(hdr[5:9])}, nil
+}
+
+// bodyFirstChunk is how much of a body ReadFrameBody allocates before any
+// of it has arrived.
+const bodyFirstChunk = 64 << 10
+
+// ReadFrameBody reads the body of the frame whose prefix is h. It allocates
+// at most 64 KiB before the body's bytes arrive, and the whole body only
+// once those are read, so a peer that announces a large frame and stalls
+// makes the reader hold little memory. A body cut short returns
+// io.ErrUnexpectedEOF.
+func ReadFrameBody(r io.Reader, h FrameHeader) (Frame, error) {
+	f := Frame{Type: h.Type, ReqID: h.ReqID}
+	n := h.BodyLen()
+	if n <= 0 {
+		return f, nil
+	}
+	first := min(n, bodyFirstChunk)
+	buf := make([]byte, first)
+	if _, err := io.ReadFull(r, buf); err != nil {
 		return Frame{}, unexpected(err)
 	}
-	f := Frame{Type: MsgType(hdr[4]), ReqID: binary.BigEndian.Uint32(hdr[5:9])}
-	if body := int(n) - frameFixed; body > 0 {
-		f.Body = make([]byte, body)
-		if _, err := io.ReadFull(r, f.Body); err != nil {
+	if first < n {
+		whole := make([]byte, n)
+		copy(whole, buf)
+		buf = whole
+		if _, err := io.ReadFull(r, buf[first:]); err != nil {
 			return Frame{}, unexpected(err)
 		}
 	}
+	f.Body = buf
 	return f, nil
+}
+
+// DiscardFrameBody reads and drops the body of the frame whose prefix is h,
+// through a small buffer: the stream stays framed without the body being
+// held.
+func DiscardFrameBody(r io.Reader, h FrameHeader) error {
+	if n := h.BodyLen(); n > 0 {
+		if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+			return unexpected(err)
+		}
+	}
+	return nil
 }
 
 // DecodeFrame decodes one frame from the start of b, returning it and the

@@ -3,8 +3,10 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 
 	"felix.dev/felix/broker/record"
@@ -209,5 +211,32 @@ func TestFD4_DescribeOKPolicyByte(t *testing.T) {
 	}
 	if s := (FeatureTrimTag | FeatureLogPolicy).String(); s != "trim-tag|log-policy" {
 		t.Fatalf("features %q", s)
+	}
+}
+
+// TestReadFrameBodyAllocatesAsBytesArrive: a peer that announces a
+// maximum-size frame and sends only a few bytes of it makes the reader
+// allocate far less than the announced size.
+func TestReadFrameBodyAllocatesAsBytesArrive(t *testing.T) {
+	const announced = DefaultMaxFrameSize
+	in := AppendFrame(nil, Frame{Type: MsgAppend, ReqID: 1, Body: []byte("only this")})
+	binary.BigEndian.PutUint32(in, announced)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ReadFrame(bufio.NewReader(bytes.NewReader(in)), announced)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("ReadFrame of a cut frame: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Fatalf("reading %d bytes of a %d-byte frame allocated %d bytes", len(in), announced, got)
+	}
+	// Whole frames, small and over the first chunk, read back intact.
+	for _, n := range []int{0, 1, bodyFirstChunk, bodyFirstChunk + 1, 3 * bodyFirstChunk} {
+		body := bytes.Repeat([]byte{7}, n)
+		f, err := ReadFrame(bufio.NewReader(bytes.NewReader(AppendFrame(nil, Frame{Type: MsgRead, ReqID: 3, Body: body}))), announced)
+		if err != nil || f.Type != MsgRead || f.ReqID != 3 || !bytes.Equal(f.Body, body) {
+			t.Fatalf("body of %d bytes: %v, %d bytes back", n, err, len(f.Body))
+		}
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"felix.dev/felix/broker/record"
 )
 
-// ShardRef names the shard a request addresses: stream name (at most 65535
-// bytes of UTF-8) and shard number. Requests address the shard's data log.
+// ShardRef names the shard a request addresses: stream name (CheckStreamName:
+// 1 to 255 bytes of A-Z a-z 0-9 . _ -) and shard number. Requests address
+// the shard's data log.
 type ShardRef = record.ShardID
 
 // AppendRequest appends Records to a shard as one batch: all land at
@@ -113,18 +114,15 @@ func (e *enc) shard(s ShardRef) {
 
 func (d *dec) shard() ShardRef {
 	s := ShardRef{Stream: d.str("stream"), Shard: d.U32("shard")}
-	if d.Err == nil && s.Stream == "" {
-		d.Fail("empty stream name")
+	if d.Err == nil {
+		if err := CheckStreamName(s.Stream); err != nil {
+			d.Err = err
+		}
 	}
 	return s
 }
 
-func checkShard(s ShardRef) error {
-	if s.Stream == "" {
-		return fmt.Errorf("%w: empty stream name", ErrMalformed)
-	}
-	return checkStr("stream", s.Stream)
-}
+func checkShard(s ShardRef) error { return CheckStreamName(s.Stream) }
 
 // minRecordSize is the encoded size of a record without headers or payload.
 const minRecordSize = 2 + 4

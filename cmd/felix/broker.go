@@ -41,6 +41,14 @@ type brokerFlags struct {
 	maxInFlight     int64
 	maxConnections  int
 	verbosity       int
+
+	// Limits against hostile or buggy clients (server.Options).
+	idleTimeout     time.Duration
+	maxPerAddress   int
+	maxFrameMemory  int64
+	frameMemoryWait time.Duration
+	peerQueueBytes  int64
+	maxShards       int
 	pprof           bool
 
 	// Cluster mode.
@@ -63,7 +71,8 @@ func newBrokerCmd() *cobra.Command {
 protocol on --listen and /live, /ready and /metrics on --http.
 
 --standalone runs without a control plane: every shard has one replica (this
-broker) and is created on first use. Without it the broker is a cluster
+broker) and is created by its first append (at most --max-shards; a shard
+that was never appended to reads and describes as empty and is not created). Without it the broker is a cluster
 member (--cluster, --broker, --namespace): before any store opens it asks the
 control plane (the Kubernetes API) for its incarnation, holding with /live up
 and /ready down while the API server cannot be reached, rotates its storage id
@@ -101,6 +110,12 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.Uint32Var(&f.maxFrameSize, "max-frame-size", 0, "largest protocol frame accepted in bytes (default 16 MiB)")
 	fl.Int64Var(&f.maxInFlight, "max-inflight-bytes", 0, "request bytes one connection may have unanswered (default 64 MiB)")
 	fl.IntVar(&f.maxConnections, "max-connections", 0, "open protocol connections allowed (default 1024)")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "disconnect a client that sends nothing for this long (0: never)")
+	fl.IntVar(&f.maxPerAddress, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "open protocol connections allowed from one remote IP address (0: no limit)")
+	fl.Int64Var(&f.maxFrameMemory, "max-frame-memory", server.DefaultMaxFrameMemory, "bytes of request frames all connections together may hold until answered; a frame is admitted before its body is read (at least --max-frame-size)")
+	fl.DurationVar(&f.frameMemoryWait, "frame-memory-wait", server.DefaultFrameMemoryWait, "how long a frame waits for --max-frame-memory before it is refused with Unavailable")
+	fl.Int64Var(&f.peerQueueBytes, "peer-queue-bytes", server.DefaultPeerQueueBytes, "bytes of replication frames that may wait to be written on one peer connection; more are dropped (and sent again by replication)")
+	fl.IntVar(&f.maxShards, "max-shards", server.DefaultMaxShards, "standalone: shards the broker creates on first append, at most (0: no limit)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles on the HTTP port under /debug/pprof/")
 	fl.StringVar(&f.cluster, "cluster", "", "cluster mode: the FelixCluster this broker belongs to")
@@ -187,8 +202,13 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	}()
 
 	id := running.StorageID()
-	srv := server.New(server.StoreShards(store), server.Options{Logger: log.WithName("server"), Metrics: metrics, TLS: tlsConf,
-		StorageID: id[:], MaxFrameSize: f.maxFrameSize, MaxInFlightBytes: f.maxInFlight, MaxConnections: f.maxConnections})
+	maxShards := f.maxShards
+	if maxShards <= 0 {
+		maxShards = -1 // the flag's 0 (no limit) is the option's negative
+	}
+	opts := f.serverOptions(tlsConf)
+	opts.Logger, opts.Metrics, opts.StorageID = log.WithName("server"), metrics, id[:]
+	srv := server.New(server.NewStoreShards(store, server.StoreShardsOptions{MaxShards: maxShards, Metrics: metrics}), opts)
 	pl, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return err
@@ -223,6 +243,21 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	}
 	log.Info("stopping: draining connections")
 	return stopBroker(log, f, srv, store, &storeOpen, running, httpSrv, nil)
+}
+
+// serverOptions are the protocol server's limits from the flags, in both
+// modes. A flag's 0 that means "off" is the option's negative.
+func (f brokerFlags) serverOptions(tlsConf *tls.Config) server.Options {
+	off := func(v int64) int64 {
+		if v <= 0 {
+			return -1
+		}
+		return v
+	}
+	return server.Options{TLS: tlsConf, MaxFrameSize: f.maxFrameSize, MaxInFlightBytes: f.maxInFlight,
+		MaxConnections: f.maxConnections, IdleTimeout: time.Duration(off(int64(f.idleTimeout))),
+		MaxConnectionsPerAddress: int(off(int64(f.maxPerAddress))), MaxFrameMemory: f.maxFrameMemory,
+		FrameMemoryWait: f.frameMemoryWait, PeerQueueBytes: f.peerQueueBytes}
 }
 
 // stopBroker drains the server, closes (and so syncs) the store and records

@@ -19,7 +19,6 @@ import (
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/member"
-	"felix.dev/felix/broker/server"
 )
 
 // runMember runs `felix broker` as a cluster member (broker/member).
@@ -53,8 +52,7 @@ func runMember(cmd *cobra.Command, f brokerFlags, log logr.Logger, mode logstore
 		HeartbeatInterval: f.heartbeatInterval, NodeExpiry: f.nodeExpiry, PassInterval: f.passInterval,
 		BootIDPath: f.bootIDFile, MaintainInterval: f.maintainInterval, SegmentRecords: f.segmentRecords,
 		Registry: reg, Profiles: f.pprof, ShutdownTimeout: f.shutdownTimeout, Log: log,
-		ServerOptions: server.Options{TLS: tlsConf, MaxFrameSize: f.maxFrameSize,
-			MaxInFlightBytes: f.maxInFlight, MaxConnections: f.maxConnections},
+		ServerOptions: f.serverOptions(tlsConf),
 		Started: func(id datadir.StorageID, inc int64, d datadir.Decision) {
 			hello, _ := json.Marshal(map[string]any{"msg": "serving", "listen": pl.Addr().String(), "http": hl.Addr().String(),
 				"storageID": id.String(), "incarnation": inc, "fsync": mode.String(), "decision": d.Reason.String()})
