@@ -28,9 +28,15 @@ type Metrics struct {
 	connections    prometheus.Gauge
 	accepted       prometheus.Counter
 	dropped        *prometheus.CounterVec
+	storageFull    prometheus.Gauge
+	storageFree    prometheus.Gauge
+	fullRefusals   prometheus.Counter
 }
 
-var _ logstore.Metrics = (*Metrics)(nil)
+var (
+	_ logstore.Metrics      = (*Metrics)(nil)
+	_ logstore.SpaceMetrics = (*Metrics)(nil)
+)
 
 // latencyBuckets span 50µs to about 3s.
 var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 17)
@@ -64,6 +70,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Protocol connections accepted."}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_connections_dropped_total",
 			Help: "Connections the broker closed for a protocol violation or deadline, by reason."}, []string{"reason"}),
+		storageFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_storage_full",
+			Help: "1 while the log store refuses appends for want of space (below --min-free-bytes, or after ENOSPC), else 0."}),
+		storageFree: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_storage_free_bytes",
+			Help: "Free bytes of the file system holding the log store, as last measured."}),
+		fullRefusals: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_storage_full_refusals_total",
+			Help: "Store writes refused with StorageFull."}),
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "read", "trim", "describe"} {
@@ -71,7 +83,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
-		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped} {
+		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
+		m.storageFull, m.storageFree, m.fullRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -151,4 +164,25 @@ func (m *Metrics) connDropped(reason string) {
 		return
 	}
 	m.dropped.WithLabelValues(reason).Inc()
+}
+
+// ObserveSpace implements logstore.SpaceMetrics.
+func (m *Metrics) ObserveSpace(full bool, free uint64) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if full {
+		v = 1
+	}
+	m.storageFull.Set(v)
+	m.storageFree.Set(float64(free))
+}
+
+// ObserveStorageFullRefusal implements logstore.SpaceMetrics.
+func (m *Metrics) ObserveStorageFullRefusal() {
+	if m == nil {
+		return
+	}
+	m.fullRefusals.Inc()
 }
