@@ -171,9 +171,6 @@ func (s *Store) fullError(r *writeReq) error {
 	if s.space.noSpace == nil && (r.op == opTrim || (r.op == opReplicated && len(r.trims) == r.n)) {
 		return nil
 	}
-	if m, ok := s.opts.Metrics.(SpaceMetrics); ok {
-		m.ObserveStorageFullRefusal()
-	}
 	return &StorageFullError{Reason: s.space.reason, Free: s.space.free, Floor: s.opts.MinFreeBytes}
 }
 
@@ -403,4 +400,12 @@ func (s *Store) SpaceErr() error {
 		return nil
 	}
 	return &StorageFullError{Reason: st.Reason, Free: st.Free, Floor: st.Floor}
+}
+
+// countRefusal tells the metrics about a write refused (or failed) with
+// ErrStorageFull.
+func (s *Store) countRefusal(err error) {
+	if m, ok := s.opts.Metrics.(SpaceMetrics); ok && errors.Is(err, ErrStorageFull) {
+		m.ObserveStorageFullRefusal()
+	}
 }

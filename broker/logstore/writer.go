@@ -70,6 +70,7 @@ func (s *Store) enqueue(ctx context.Context, r *writeReq) error {
 	}
 	if err := s.fullError(r); err != nil {
 		s.leave()
+		s.countRefusal(err)
 		return err
 	}
 	r.done = make(chan struct{})
@@ -97,6 +98,8 @@ func (s *Store) await(ctx context.Context, r *writeReq) error {
 func (s *Store) respond(r *writeReq) {
 	if r.err == nil {
 		s.opts.Metrics.ObserveAppend(r.n, r.bytes, time.Since(r.start))
+	} else {
+		s.countRefusal(r.err)
 	}
 	close(r.done)
 }
