@@ -82,6 +82,11 @@ segments below each log's floor (set by committed trims) and applies
 retention (in cluster mode each FelixStream's spec.retention; never on a
 fenced stream).
 
+Below --min-free-bytes of free space on the data directory's file system
+(default 256Mi) the broker refuses appends with StorageFull, serves reads
+and trims, and fails /ready with the reason; appends resume by themselves
+once space returns (docs/durable-storage.md, "A full disk").
+
 Once serving it prints one JSON line to stdout with the bound addresses and
 the storage id; logs go to stderr as JSON lines.`,
 		Example: `  felix broker --data-dir /var/lib/felix --listen 127.0.0.1:7070 --http 127.0.0.1:7071 --fsync periodic --standalone
