@@ -110,6 +110,11 @@ type commitLog struct {
 	// keep reports whether file seq holds batches a ref points to, so
 	// that a rotation or close must keep it; nil keeps nothing.
 	keep func(seq uint64) bool
+	// roomForSpare reports whether the disk has room for a spare above
+	// the store's free-space floor; nil: always.
+	roomForSpare func() bool
+	// writeAt replaces f.WriteAt for page-cache writes when set (tests).
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
 
 	// The spare file written ahead: ready once preparing is done; spareMu
 	// guards both; prep waits for the preparing goroutine.
@@ -362,7 +367,7 @@ func (c *commitLog) create() error {
 func (c *commitLog) prepareSpare() {
 	c.spareMu.Lock()
 	defer c.spareMu.Unlock()
-	if c.spare != nil || c.preparing || c.closed {
+	if c.spare != nil || c.preparing || c.closed || (c.roomForSpare != nil && !c.roomForSpare()) {
 		return
 	}
 	c.preparing = true
@@ -462,7 +467,11 @@ func (c *commitLog) writeFrames(frames []byte, seq uint64, base int64) error {
 		}
 	} else {
 		var n int
-		n, err = c.f.WriteAt(frames, size)
+		if c.writeAt != nil {
+			n, err = c.writeAt(c.f, frames, size)
+		} else {
+			n, err = c.f.WriteAt(frames, size)
+		}
 		size += int64(n)
 		c.dirty.Store(true)
 	}
@@ -490,6 +499,15 @@ func (c *commitLog) fail(err error) {
 		c.failed = err
 	}
 	c.durableCond.Broadcast()
+}
+
+// clearFailure forgets a failed write once the store has rolled back past
+// it (space.go); the next rotation leaves the file it went to.
+func (c *commitLog) clearFailure() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failed = nil
+	c.dirty.Store(false)
 }
 
 // waitDurable waits until the frames of file seq up to end are durable:

@@ -55,10 +55,17 @@ func (l *Log) segmentStart(seg uint64) uint64 { return l.base + seg*l.segRecs }
 
 // Describe returns the log's offsets and settings.
 func (l *Log) Describe() Info {
+	pending := l.s.rollbackPending()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	tail := l.next
+	if pending {
+		// After ENOSPC what was not acknowledged is rolled back
+		// (space.go): report the tail that stays.
+		tail = min(tail, max(l.durable, l.committed))
+	}
 	return Info{
-		ID: l.id, Base: l.base, Start: l.start, Floor: l.floor, Tail: l.next,
+		ID: l.id, Base: l.base, Start: l.start, Floor: l.floor, Tail: tail,
 		Durable: l.durable, Committed: l.committed, Fenced: l.fenced,
 		Retention: l.retention, SegmentRecords: l.segRecs,
 	}

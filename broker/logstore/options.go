@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"os"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -121,6 +122,23 @@ type Options struct {
 	// badger's value log. Zero means DefaultCommitLogFiles.
 	CommitLogFiles int
 
+	// MinFreeBytes is the free-space floor of the file system holding Dir:
+	// below it new appends are refused with ErrStorageFull until the free
+	// space is back at ResumeFreeBytes (space.go). Zero: no floor, and
+	// ENOSPC is the only trigger. Brokers use DefaultMinFreeBytes.
+	MinFreeBytes uint64
+	// SpaceCheckInterval is how often free space is measured; zero means
+	// DefaultSpaceCheckInterval, negative no monitor (CheckSpace then
+	// measures, as the writer does after a quarter of the floor).
+	SpaceCheckInterval time.Duration
+	// FreeSpace returns the free bytes of the file system holding dir;
+	// nil means statfs (the blocks available to unprivileged writers).
+	FreeSpace func(dir string) (uint64, error)
+
+	// clWrite, if set, replaces the commit log's page-cache write (tests
+	// inject ENOSPC and EIO with it).
+	clWrite func(f *os.File, b []byte, off int64) (int, error)
+
 	// tune, if set, adjusts badger's options last (benchmarks compare
 	// settings with it).
 	tune func(*badger.Options)
@@ -150,6 +168,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Metrics == nil {
 		o.Metrics = nopMetrics{}
+	}
+	if o.SpaceCheckInterval == 0 {
+		o.SpaceCheckInterval = DefaultSpaceCheckInterval
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = statfsFree
 	}
 	return o
 }

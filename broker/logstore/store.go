@@ -44,6 +44,8 @@ type Store struct {
 	failMu sync.Mutex
 	failed error // a failed DB.Sync: every later write is refused
 
+	space space // the free-space floor and the ENOSPC state (space.go)
+
 	cl *commitLog // FsyncOnCommit only; see commitlog.go
 	// clNext is where the next frame goes in the current commit-log file:
 	// the writer places frames (and the refs into them) as it builds them,
@@ -188,6 +190,16 @@ func Open(opts Options) (*Store, error) {
 		}
 		s.cl.keep = s.pinned
 		s.clRefs = s.keepsRefs()
+	}
+	if s.cl != nil {
+		s.cl.roomForSpare, s.cl.writeAt = s.roomForSpare, opts.clWrite
+	}
+	if _, err := s.measureLocked(); err != nil {
+		s.log.Error(err, "free-space check")
+	}
+	if opts.SpaceCheckInterval > 0 {
+		s.wg.Add(1)
+		go s.spaceMonitor()
 	}
 	s.wg.Add(1)
 	go s.writer()
@@ -404,7 +416,19 @@ func (s *Store) loadCatalog() error {
 	return nil
 }
 
+// fail stops the store taking writes: for good, unless err is ENOSPC or
+// EDQUOT, which puts it in the storage-full state until it rolls back
+// (space.go).
 func (s *Store) fail(err error) {
+	if isNoSpace(err) {
+		s.noSpace(err)
+		return
+	}
+	s.failSticky(err)
+}
+
+// failSticky stops the store taking writes for good, whatever err is.
+func (s *Store) failSticky(err error) {
 	s.failMu.Lock()
 	if s.failed == nil {
 		s.failed = err

@@ -37,6 +37,13 @@ func (l *Log) TruncateFrom(off uint64) error {
 	if err := l.s.checkpointLocked(); err != nil {
 		return err
 	}
+	return l.truncateLocked(off, next, start)
+}
+
+// truncateLocked is TruncateFrom's work once the commit log is
+// checkpointed: next and start are the log's tail and start. Caller holds
+// wmu.
+func (l *Log) truncateLocked(off, next, start uint64) error {
 	// Plan against the current data.
 	var dels [][]byte
 	var rewrite *kv

@@ -68,6 +68,11 @@ func (s *Store) enqueue(ctx context.Context, r *writeReq) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
+	if err := s.fullError(r); err != nil {
+		s.leave()
+		s.countRefusal(err)
+		return err
+	}
 	r.done = make(chan struct{})
 	r.start = time.Now()
 	select {
@@ -93,6 +98,8 @@ func (s *Store) await(ctx context.Context, r *writeReq) error {
 func (s *Store) respond(r *writeReq) {
 	if r.err == nil {
 		s.opts.Metrics.ObserveAppend(r.n, r.bytes, time.Since(r.start))
+	} else {
+		s.countRefusal(r.err)
 	}
 	close(r.done)
 }
@@ -193,6 +200,11 @@ func (s *Store) commitGroup(group []*writeReq) {
 	}
 	b := s.newTxnBuild()
 	for _, r := range group {
+		if err := s.fullError(r); err != nil {
+			r.err = err
+			s.respond(r)
+			continue
+		}
 		p := b.pendFor(r.log)
 		kvs, err := b.plan(r, p)
 		if err != nil {
@@ -222,6 +234,11 @@ func (s *Store) commitGroup(group []*writeReq) {
 		b.entries += len(kvs)
 	}
 	b.commit()
+	written := 0
+	for _, r := range group {
+		written += r.bytes
+	}
+	s.noteWritten(written)
 	if s.cl != nil && s.cl.full() {
 		_ = s.checkpointLocked() // a failure marks the store failed
 	}
@@ -404,7 +421,7 @@ func (b *txnBuild) commit() {
 		// The frame may be durable already: a replay could bring these
 		// requests back, so the store stops acknowledging anything (the
 		// callers see the failure: their writes may still land).
-		b.s.fail(err)
+		b.s.failSticky(err)
 		g.err = err
 		close(g.committed)
 		return
@@ -450,6 +467,7 @@ type syncGroup struct {
 	frameLen  int
 	committed chan struct{}
 	err       error
+	barrier   chan struct{} // a barrier (no requests): closed once the groups before it are answered
 }
 
 // syncer writes the commit log frames of every group waiting and makes
@@ -496,7 +514,9 @@ func (s *Store) syncer() {
 				break
 			}
 		}
-		if err == nil {
+		if err == nil && n == 0 && len(frames) == 0 {
+			// Only barriers (space.go): nothing to sync.
+		} else if err == nil {
 			err = s.syncCommitted(frames, seq, base)
 		} else {
 			s.cl.fail(err)
@@ -504,11 +524,16 @@ func (s *Store) syncer() {
 		if err != nil {
 			err = fmt.Errorf("logstore: sync: %w", err)
 			s.fail(err)
+			err = asFull(err)
 		} else {
 			s.opts.Metrics.ObserveSyncFanIn(n)
 		}
 		for _, g := range groups {
 			<-g.committed
+			if g.barrier != nil {
+				close(g.barrier) // every group before it is answered
+				continue
+			}
 			gerr := g.err
 			if gerr == nil {
 				gerr = err
@@ -554,7 +579,8 @@ func (s *Store) periodicSync() {
 			return
 		case <-t.C:
 			if err := s.sync(); err != nil && !errors.Is(err, badger.ErrDBClosed) {
-				s.fail(fmt.Errorf("logstore: periodic sync: %w", err))
+				// Acknowledged writes depend on it: stays failed even on ENOSPC.
+				s.failSticky(fmt.Errorf("logstore: periodic sync: %w", err))
 			}
 		}
 	}

@@ -64,6 +64,10 @@ type Config struct {
 	// SegmentRecords is the segment size of logs created from now on
 	// (logstore.DefaultSegmentRecords when 0); tests make it small.
 	SegmentRecords uint64
+	// MinFreeBytes and SpaceCheckInterval are the log store's free-space
+	// floor and how often it is measured (logstore.Options).
+	MinFreeBytes       uint64
+	SpaceCheckInterval time.Duration
 
 	// Registry receives the broker's metrics; nil makes a new one.
 	Registry *prometheus.Registry
@@ -106,11 +110,15 @@ func Run(ctx context.Context, cfg Config) error {
 	// Health first: /live is up from the start so a probe never restarts a
 	// broker that holds for the control plane; /ready follows the server.
 	var srvReady atomic.Pointer[server.Server]
-	ready := func() bool {
+	var storeReady atomic.Pointer[logstore.Store]
+	ready := func() error {
 		s := srvReady.Load()
-		return s != nil && s.Ready()
+		if s == nil || !s.Ready() {
+			return errors.New("not ready: not serving")
+		}
+		return storeReady.Load().SpaceErr() // storage full: appends refused, reads served
 	}
-	handler := server.HTTPHandler(ready, reg)
+	handler := server.HTTPHandlerWithReason(ready, reg)
 	if cfg.Profiles {
 		handler = server.WithProfiles(handler)
 	}
@@ -183,10 +191,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
 		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: cfg.CommitLogValues,
-		Logger: log.WithName("logstore"), Metrics: metrics})
+		Logger: log.WithName("logstore"), Metrics: metrics, MinFreeBytes: cfg.MinFreeBytes, SpaceCheckInterval: cfg.SpaceCheckInterval})
 	if err != nil {
 		return err
 	}
+	storeReady.Store(store)
 	reports := cp.NewReportWriter(controlplane.ReportOptions{})
 	reader, err := client.New(cfg.REST, client.Options{Scheme: controlplane.NewScheme()})
 	if err != nil {

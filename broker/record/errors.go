@@ -71,3 +71,11 @@ func (e *CorruptError) Error() string {
 
 // Is makes errors.Is(err, ErrCorrupt) true.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// ErrStorageFull refuses a write because the broker's disk is below its
+// free-space floor, or a write hit ENOSPC or EDQUOT and the store has not
+// yet rolled back to its last durable state. Reads are still served, and
+// writes resume by themselves once space returns: it is retryable. Under
+// the floor nothing of the refused write was stored; after ENOSPC the
+// write was not acknowledged and is rolled back before writes resume.
+var ErrStorageFull = errors.New("storage full")

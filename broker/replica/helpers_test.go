@@ -77,6 +77,10 @@ type cluster struct {
 	maintain time.Duration
 	// metrics, when set, makes each started node's Manager metrics.
 	metrics bool
+	// minFree and freeSpace, when set, are the stores' free-space floor
+	// and measure (logstore.Options.MinFreeBytes, FreeSpace).
+	minFree   uint64
+	freeSpace func(dir string) (uint64, error)
 }
 
 func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.NodeID) *cluster {
@@ -132,7 +136,8 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 	n := &node{name: name, dir: dir, id: id, incarnation: incarnation}
 	var err error
 	n.store, err = logstore.Open(logstore.Options{Dir: dir, Fsync: c.fsync, SegmentRecords: c.segRecs,
-		ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: true}) // as brokers open theirs
+		ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: true, // as brokers open theirs
+		MinFreeBytes: c.minFree, FreeSpace: c.freeSpace, SpaceCheckInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

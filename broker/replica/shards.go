@@ -89,6 +89,11 @@ func (d *dataLog) Append(ctx context.Context, recs []record.Record, expectTail *
 // acknowledgement (server.Submitter): appends submitted one after the
 // other from one goroutine are applied in that order.
 func (d *dataLog) SubmitAppend(ctx context.Context, recs []record.Record, expectTail *uint64) (server.AppendWait, error) {
+	if err := d.s.m.o.Store.SpaceErr(); err != nil {
+		// A leader short of space proposes nothing it could not persist
+		// itself: StorageFull, and the shard keeps running.
+		return nil, err
+	}
 	now := d.s.m.o.Now().UnixNano()
 	batch := make([]record.Record, len(recs))
 	for i, r := range recs {

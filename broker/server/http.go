@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"net/http/pprof"
 
@@ -12,6 +13,22 @@ import (
 // ready reports true, else 503) and /metrics (the gatherer's metrics in the
 // Prometheus exposition format).
 func HTTPHandler(ready func() bool, g prometheus.Gatherer) http.Handler {
+	return HTTPHandlerWithReason(func() error {
+		if ready == nil || !ready() {
+			return errNotReady
+		}
+		return nil
+	}, g)
+}
+
+// errNotReady is /ready's reason when the check gives none.
+var errNotReady = errors.New("not ready")
+
+// HTTPHandlerWithReason is HTTPHandler with a readiness check that says
+// why: /ready answers 200 while notReady returns nil, else 503 with the
+// error's text (e.g. "storage full: ..."), so a probe's log shows the
+// cause.
+func HTTPHandlerWithReason(notReady func() error, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -19,9 +36,9 @@ func HTTPHandler(ready func() bool, g prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if ready == nil || !ready() {
+		if err := notReady(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready\n"))
+			_, _ = w.Write([]byte(err.Error() + "\n"))
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

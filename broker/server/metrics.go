@@ -32,9 +32,15 @@ type Metrics struct {
 	frameRefused   prometheus.Counter
 	peerDropped    prometheus.Counter
 	shardsRefused  prometheus.Counter
+	storageFull    prometheus.Gauge
+	storageFree    prometheus.Gauge
+	fullRefusals   prometheus.Counter
 }
 
-var _ logstore.Metrics = (*Metrics)(nil)
+var (
+	_ logstore.Metrics      = (*Metrics)(nil)
+	_ logstore.SpaceMetrics = (*Metrics)(nil)
+)
 
 // latencyBuckets span 50µs to about 3s.
 var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 17)
@@ -76,6 +82,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Replication frames dropped because a peer connection's send queue was full (the peer reads too slowly)."}),
 		shardsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_shard_creations_refused_total",
 			Help: "Appends refused because creating their shard would exceed --max-shards (standalone)."}),
+		storageFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_storage_full",
+			Help: "1 while the log store refuses appends for want of space (below --min-free-bytes, or after ENOSPC), else 0."}),
+		storageFree: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_storage_free_bytes",
+			Help: "Free bytes of the file system holding the log store, as last measured."}),
+		fullRefusals: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_storage_full_refusals_total",
+			Help: "Store writes refused with StorageFull."}),
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "read", "trim", "describe"} {
@@ -84,7 +96,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
 		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
-		m.frameMemory, m.frameRefused, m.peerDropped, m.shardsRefused} {
+		m.frameMemory, m.frameRefused, m.peerDropped, m.shardsRefused,
+		m.storageFull, m.storageFree, m.fullRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -192,4 +205,25 @@ func (m *Metrics) shardRefused() {
 		return
 	}
 	m.shardsRefused.Inc()
+}
+
+// ObserveSpace implements logstore.SpaceMetrics.
+func (m *Metrics) ObserveSpace(full bool, free uint64) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if full {
+		v = 1
+	}
+	m.storageFull.Set(v)
+	m.storageFree.Set(float64(free))
+}
+
+// ObserveStorageFullRefusal implements logstore.SpaceMetrics.
+func (m *Metrics) ObserveStorageFullRefusal() {
+	if m == nil {
+		return
+	}
+	m.fullRefusals.Inc()
 }

@@ -32,6 +32,10 @@ const (
 	CodeUnavailable Code = 8
 	// CodeUnsupportedVersion: the Hello's version is below the minimum.
 	CodeUnsupportedVersion Code = 9
+	// CodeStorageFull: the broker's disk is below its free-space floor
+	// (or a write hit ENOSPC); writes resume by themselves. 10 is left
+	// for another code added at the same time.
+	CodeStorageFull Code = 11
 )
 
 // CodeInfo describes one error code.
@@ -64,6 +68,8 @@ var codeTable = []CodeInfo{
 		"The broker cannot serve the request now (starting, draining, storage failing). Safe to retry an unconditional request elsewhere or later."},
 	{CodeUnsupportedVersion, "UnsupportedVersion", nil,
 		"The Hello asked for a protocol version this broker does not speak; the connection is closed."},
+	{CodeStorageFull, "StorageFull", nil,
+		"The broker's disk is below its free-space floor, or a write ran out of space: appends are refused (reads are served) until space returns, then resume by themselves. The append was not acknowledged; retry later or elsewhere, re-reading first if it was conditional."},
 }
 
 // Codes returns the table of error codes, in numeric order.
@@ -129,6 +135,8 @@ func (e *Error) Is(target error) bool {
 		return target == record.ErrShardUnknown
 	case CodeRecordTooLarge:
 		return target == record.ErrRecordTooLarge
+	case CodeStorageFull:
+		return target == record.ErrStorageFull
 	}
 	return false
 }
@@ -166,6 +174,8 @@ func ErrorFrom(err error) *Error {
 		return &Error{Code: CodeShardUnknown, Message: err.Error()}
 	case errors.Is(err, record.ErrRecordTooLarge):
 		return &Error{Code: CodeRecordTooLarge, Message: err.Error()}
+	case errors.Is(err, record.ErrStorageFull):
+		return &Error{Code: CodeStorageFull, Message: err.Error()}
 	case errors.Is(err, ErrMalformed):
 		return &Error{Code: CodeBadRequest, Message: err.Error()}
 	}

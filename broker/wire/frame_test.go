@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"testing"
@@ -137,7 +138,8 @@ func TestNegotiateRefusesOldVersion(t *testing.T) {
 
 func TestErrorCodeTableIsStable(t *testing.T) {
 	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
-		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion"}
+		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion",
+		11: "StorageFull"}
 	seen := map[string]bool{}
 	for _, ci := range Codes() {
 		if want[ci.Code] != ci.Name {
@@ -164,6 +166,7 @@ func TestErrorFromRecordErrors(t *testing.T) {
 		{record.ErrRecordTooLarge, CodeRecordTooLarge},
 		{ErrMalformed, CodeBadRequest},
 		{record.ErrClosed, CodeUnavailable},
+		{fmt.Errorf("append: %w", record.ErrStorageFull), CodeStorageFull},
 	}
 	for _, tc := range tests {
 		if got := ErrorFrom(tc.err); got.Code != tc.code {

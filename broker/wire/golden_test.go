@@ -117,6 +117,7 @@ func goldenCases() []goldenCase {
 		errCase("error_shard_unknown", 0, &Error{Code: CodeShardUnknown, Message: "orders/3"}, &Error{Code: CodeShardUnknown, Message: "orders/3"}),
 		errCase("error_bad_request", 0, &Error{Code: CodeBadRequest, Message: "bad"}, &Error{Code: CodeBadRequest, Message: "bad"}),
 		errCase("error_unavailable", 0, &Error{Code: CodeUnavailable, Message: "draining"}, &Error{Code: CodeUnavailable, Message: "draining"}),
+		errCase("error_storage_full", 0, &Error{Code: CodeStorageFull, Message: "storage full"}, &Error{Code: CodeStorageFull, Message: "storage full"}),
 	}
 }
 

@@ -50,6 +50,8 @@ type brokerFlags struct {
 	peerQueueBytes  int64
 	maxShards       int
 	pprof           bool
+	minFree         byteSize
+	spaceInterval   time.Duration
 
 	// Cluster mode.
 	cluster, broker, namespace string
@@ -89,6 +91,11 @@ segments below each log's floor (set by committed trims) and applies
 retention (in cluster mode each FelixStream's spec.retention; never on a
 fenced stream).
 
+Below --min-free-bytes of free space on the data directory's file system
+(default 256Mi) the broker refuses appends with StorageFull, serves reads
+and trims, and fails /ready with the reason; appends resume by themselves
+once space returns (docs/durable-storage.md, "A full disk").
+
 Once serving it prints one JSON line to stdout with the bound addresses and
 the storage id; logs go to stderr as JSON lines.`,
 		Example: `  felix broker --data-dir /var/lib/felix --listen 127.0.0.1:7070 --http 127.0.0.1:7071 --fsync periodic --standalone
@@ -118,6 +125,9 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.IntVar(&f.maxShards, "max-shards", server.DefaultMaxShards, "standalone: shards the broker creates on first append, at most (0: no limit)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles on the HTTP port under /debug/pprof/")
+	f.minFree = logstore.DefaultMinFreeBytes
+	fl.Var(&f.minFree, "min-free-bytes", "free-space floor of the data directory's file system (bytes, or with Ki, Mi, Gi, Ti): below it appends are refused with StorageFull and /ready fails, until the free space is back above the floor plus max(floor/8, 4Mi); 0: no floor (ENOSPC only)")
+	fl.DurationVar(&f.spaceInterval, "free-space-check-interval", logstore.DefaultSpaceCheckInterval, "how often the data directory's free space is measured (the writer also measures after writing a quarter of --min-free-bytes)")
 	fl.StringVar(&f.cluster, "cluster", "", "cluster mode: the FelixCluster this broker belongs to")
 	fl.StringVar(&f.broker, "broker", "", "cluster mode: this broker's FelixBroker name")
 	fl.StringVar(&f.namespace, "namespace", "", "cluster mode: the namespace of the FelixCluster")
@@ -190,7 +200,8 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(f.dataDir, logStoreDir), Fsync: mode, FsyncInterval: f.fsyncInterval,
 		SegmentRecords: f.segmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: f.batchesInLog,
-		AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics})
+		AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics,
+		MinFreeBytes: uint64(f.minFree), SpaceCheckInterval: f.spaceInterval})
 	if err != nil {
 		return err
 	}
@@ -218,7 +229,12 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		_ = pl.Close()
 		return err
 	}
-	handler := server.HTTPHandler(srv.Ready, reg)
+	handler := server.HTTPHandlerWithReason(func() error {
+		if !srv.Ready() {
+			return errors.New("not ready: not serving")
+		}
+		return store.SpaceErr() // storage full: appends refused, reads served
+	}, reg)
 	if f.pprof {
 		handler = server.WithProfiles(handler)
 	}

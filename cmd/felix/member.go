@@ -51,6 +51,7 @@ func runMember(cmd *cobra.Command, f brokerFlags, log logr.Logger, mode logstore
 		REST: restCfg, Namespace: f.namespace, Cluster: f.cluster, Broker: f.broker,
 		HeartbeatInterval: f.heartbeatInterval, NodeExpiry: f.nodeExpiry, PassInterval: f.passInterval,
 		BootIDPath: f.bootIDFile, MaintainInterval: f.maintainInterval, SegmentRecords: f.segmentRecords,
+		MinFreeBytes: uint64(f.minFree), SpaceCheckInterval: f.spaceInterval,
 		Registry: reg, Profiles: f.pprof, ShutdownTimeout: f.shutdownTimeout, Log: log,
 		ServerOptions: f.serverOptions(tlsConf),
 		Started: func(id datadir.StorageID, inc int64, d datadir.Decision) {
