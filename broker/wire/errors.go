@@ -32,6 +32,10 @@ const (
 	CodeUnavailable Code = 8
 	// CodeUnsupportedVersion: the Hello's version is below the minimum.
 	CodeUnsupportedVersion Code = 9
+	// CodeCorrupt: the data asked for is damaged on this broker's disk
+	// (a checksum failed), or the log is refused as a whole because it
+	// is. Not retryable against this broker; see Offset.
+	CodeCorrupt Code = 10
 )
 
 // CodeInfo describes one error code.
@@ -64,6 +68,8 @@ var codeTable = []CodeInfo{
 		"The broker cannot serve the request now (starting, draining, storage failing). Safe to retry an unconditional request elsewhere or later."},
 	{CodeUnsupportedVersion, "UnsupportedVersion", nil,
 		"The Hello asked for a protocol version this broker does not speak; the connection is closed."},
+	{CodeCorrupt, "Corrupt", []string{"offset u64"},
+		"The log's stored data failed its checksum at offset (the first damaged offset known), or the broker refuses the whole log because part of it is damaged. Retrying here returns the same; an operator inspects and repairs the log (docs/operator.md)."},
 }
 
 // Codes returns the table of error codes, in numeric order.
@@ -108,6 +114,8 @@ type Error struct {
 	Epoch  uint64
 	// RecordTooLarge.
 	Limit uint64
+	// Corrupt: the first damaged offset known.
+	Offset uint64
 }
 
 func (e *Error) Error() string {
@@ -129,6 +137,8 @@ func (e *Error) Is(target error) bool {
 		return target == record.ErrShardUnknown
 	case CodeRecordTooLarge:
 		return target == record.ErrRecordTooLarge
+	case CodeCorrupt:
+		return target == record.ErrCorrupt
 	}
 	return false
 }
@@ -160,6 +170,10 @@ func ErrorFrom(err error) *Error {
 	if errors.As(err, &ct) {
 		return &Error{Code: CodeCursorTooOld, Message: err.Error(), From: ct.From, Floor: ct.Floor,
 			HasTag: ct.TrimHeaders != nil, TrimHeaders: ct.TrimHeaders}
+	}
+	var ce *record.CorruptError
+	if errors.As(err, &ce) {
+		return &Error{Code: CodeCorrupt, Message: err.Error(), Offset: ce.Offset}
 	}
 	switch {
 	case errors.Is(err, record.ErrShardUnknown):
@@ -210,6 +224,8 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Epoch)
 	case CodeRecordTooLarge:
 		en.u64(e.Limit)
+	case CodeCorrupt:
+		en.u64(e.Offset)
 	}
 	return en.b, nil
 }
@@ -247,6 +263,8 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 		e.Epoch = d.U64("epoch")
 	case CodeRecordTooLarge:
 		e.Limit = d.U64("limit")
+	case CodeCorrupt:
+		e.Offset = d.U64("offset")
 	default:
 		if _, known := e.Code.Info(); !known && d.Err == nil {
 			return e, nil
