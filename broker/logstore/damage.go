@@ -145,12 +145,20 @@ func (s *Store) Damaged() []*record.CorruptError {
 
 // Repair explicitly truncates a damaged log at off (an operator's
 // decision: the records from off on are given up), whatever the committed
-// mark, and clears its damage. off must be at or below the damaged
-// offset, at or above the log's start, and at a batch boundary or inside
+// mark, and clears its damage. off must be at or below the first damaged
+// offset (found on open, or by reading every batch first), at or above
+// the log's start, and at a batch boundary or inside
 // a batch that reads. The truncation is synced before Repair returns.
 func (l *Log) Repair(off uint64) error {
+	found, err := l.Verify() // damage in the middle is found only by reading
+	if err != nil {
+		return err
+	}
 	l.mu.Lock()
 	d := l.damage
+	if d == nil {
+		d = found
+	}
 	if d != nil && off > d.Offset {
 		l.mu.Unlock()
 		return fmt.Errorf("logstore: repair %s at %d: the damage starts at %d: %w", l.id, off, d.Offset, ErrBadRecord)
