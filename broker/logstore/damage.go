@@ -194,6 +194,12 @@ func (l *Log) Verify() (*record.CorruptError, error) {
 	if d := l.Damage(); d != nil {
 		return d, nil
 	}
+	if err := l.s.enter(); err != nil {
+		return nil, err
+	}
+	defer l.s.leave()
+	l.s.readMu.RLock() // no commit-log file holding a batch goes meanwhile
+	defer l.s.readMu.RUnlock()
 	info := l.Describe()
 	for from := info.Start; from < info.Tail; {
 		var res ReadResult
