@@ -156,3 +156,28 @@ func flipIn(t *testing.T, dir string, marker []byte) {
 		t.Fatalf("marker found %d times (%v)", n, err)
 	}
 }
+
+// LastRunOf reads the [ID-3] local decision: only the rules that keep the
+// id because nothing acknowledged can be missing make the store treat an
+// unreadable batch as damage.
+func TestLastRunOfLocalDecision(t *testing.T) {
+	for _, tc := range []struct {
+		local datadir.Reason
+		want  logstore.LastRun
+	}{
+		{datadir.ReasonCleanStop, logstore.LastRunComplete},
+		{datadir.ReasonUncleanSameBootSynced, logstore.LastRunComplete},
+		{datadir.ReasonUncleanOnCommit, logstore.LastRunAcknowledgedDurable},
+		{datadir.ReasonUncleanBootChanged, logstore.LastRunUnknown},
+		{datadir.ReasonUncleanBootUnknown, logstore.LastRunUnknown},
+		{datadir.ReasonUncleanSyncFSFailed, logstore.LastRunUnknown},
+		{datadir.ReasonRunStateMissing, logstore.LastRunUnknown},
+		{datadir.ReasonRunStateCorrupt, logstore.LastRunUnknown},
+		{datadir.ReasonStorageIDMissing, logstore.LastRunUnknown},
+		{datadir.ReasonStorageIDCorrupt, logstore.LastRunUnknown},
+	} {
+		if got := LastRunOf(datadir.Decision{Local: tc.local}); got != tc.want {
+			t.Errorf("LastRunOf(%s) = %s, want %s", tc.local, got, tc.want)
+		}
+	}
+}
