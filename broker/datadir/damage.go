@@ -33,7 +33,7 @@ func (s *Running) RotateForDamage() (StorageID, bool, error) {
 		return StorageID{}, false, d.fail(err)
 	}
 	s.id = d.id
-	s.decision.Action = New
+	s.decision.Action, s.decision.Reason = New, ReasonLogStoreDamaged
 	d.log.Info("storage identity: rotated: the log store found damaged acknowledged data", "storageID", d.id.String())
 	return d.id, true, nil
 }

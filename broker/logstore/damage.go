@@ -134,10 +134,14 @@ func (l *Log) refuseDamaged() error {
 func (s *Store) Damaged() []*record.CorruptError {
 	var out []*record.CorruptError
 	for _, id := range s.Logs() {
-		if l, err := s.Log(id); err == nil {
-			if d := l.Damage(); d != nil {
-				out = append(out, d)
-			}
+		s.mu.Lock()
+		l := s.logs[id]
+		s.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		if d := l.Damage(); d != nil {
+			out = append(out, d)
 		}
 	}
 	return out
@@ -177,8 +181,15 @@ func (l *Log) Repair(off uint64) error {
 	if err := l.TruncateFrom(off); err != nil {
 		return err
 	}
+	// The trim index may have been left unbuilt at open (the scan met the
+	// damage): rebuild it from what is left [TR-5].
+	trims, err := l.rebuildTrimIndex()
+	if err != nil {
+		return fmt.Errorf("logstore: repair %s: rebuild trim index: %w", l.id, err)
+	}
 	l.mu.Lock()
 	l.damage = nil
+	l.trims = trims
 	l.recomputeFloorLocked()
 	l.mu.Unlock()
 	if err := l.persistMeta(true); err != nil {

@@ -233,3 +233,45 @@ func TestOnCommitUncleanStopTornRefsAreDroppedButDamageAfterCleanStop(t *testing
 		t.Fatalf("complete: damage %v, want at 20", d)
 	}
 }
+
+// A repair keeps the floor of the committed trims below the cut [TR-2],
+// and the trim index matches what is left [TR-5].
+func TestRepairKeepsTheFloorBelowTheCut(t *testing.T) {
+	o := Options{Dir: t.TempDir(), Fsync: FsyncOnCommit, CommitLogValues: true, ValueThreshold: 64, AutoCommit: true, Logger: testr.New(t)}
+	s := openTest(t, o)
+	a := mustLog(t, s, testLog)
+	for i := 0; i < 10; i++ {
+		mustAppend(t, a, data(fmt.Sprintf("%0200d", i)), nil)
+	}
+	mustTrim(t, a, TrimRequest{Floor: 5, ExpectTail: 10, Headers: epochHeader("1")})
+	mustAppend(t, a, data("newest-of-orders-"+strings.Repeat("w", 200)), nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipInFiles(t, o.Dir, []byte("newest-of-orders-"))
+	o.LastRun = LastRunComplete
+	s = openTest(t, o)
+	a = mustLog(t, s, testLog)
+	if d := a.Damage(); d == nil || d.Offset != 11 {
+		t.Fatalf("damage %v, want at 11", d)
+	}
+	if err := a.Repair(11); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Describe(); got.Floor != 5 || got.Tail != 11 {
+		t.Fatalf("after repair: %+v", got)
+	}
+	s = reopen(t, s)
+	a = mustLog(t, s, testLog)
+	if got := a.Describe(); got.Floor != 5 || got.Tail != 11 || got.Damaged {
+		t.Fatalf("after repair and reopen: %+v", got)
+	}
+	if err := wantTooOld(t, readErr(a, 4)); headerValue(err.TrimHeaders, "epoch") != "1" {
+		t.Fatalf("the floor-setting trim's tag: %+v", err)
+	}
+}
+
+func readErr(l *Log, from uint64) error {
+	_, err := l.Read(from, ReadOptions{WithTrimTag: true})
+	return err
+}

@@ -109,6 +109,9 @@ func TestDamageOnOpenRotatesTheStorageIDAndEmptiesTheDamagedLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if run.Decision().Reason != datadir.ReasonLogStoreDamaged || run.Decision().Action != datadir.New {
+		t.Fatalf("decision after the rotation: %+v", run.Decision())
+	}
 	if id == oldID || run.StorageID() != id || inc != 4 || len(registered) != 1 || registered[0] != id {
 		t.Fatalf("id %s (old %s), inc %d, registered %v: the claim was not given up", id, oldID, inc, registered)
 	}
