@@ -171,6 +171,11 @@ const (
 	// that does not decode. New.
 	ReasonRegistrationCorrupt
 
+	// ReasonLogStoreDamaged: the log store found damage to acknowledged
+	// data when it opened, after the decision; the broker gave up its claim
+	// (Running.RotateForDamage). New.
+	ReasonLogStoreDamaged
+
 	reasonEnd // keep last
 )
 
@@ -193,6 +198,7 @@ var reasonNames = [...]string{
 	ReasonControlPlaneAhead:     "control_plane_ahead",
 	ReasonRegistrationMissing:   "registration_missing",
 	ReasonRegistrationCorrupt:   "registration_corrupt",
+	ReasonLogStoreDamaged:       "log_store_damaged",
 }
 
 // String returns the stable snake_case token of r.

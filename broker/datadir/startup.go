@@ -235,9 +235,13 @@ type Running struct {
 	id       StorageID
 }
 
-// StorageID returns the storage id of this run. It never changes while
-// the broker runs.
-func (s *Running) StorageID() StorageID { return s.id }
+// StorageID returns the storage id of this run. It changes only through
+// RotateForDamage, before the broker serves.
+func (s *Running) StorageID() StorageID {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.id
+}
 
 // Decision returns the startup decision that produced StorageID, for
 // logs, events and metrics.

@@ -96,6 +96,9 @@ type Info struct {
 	Retention RetentionPolicy
 	// SegmentRecords is the segment size the log was created with.
 	SegmentRecords uint64
+	// Damaged: open found the log's stored data damaged (Log.Damage); the
+	// log refuses appends and reads until repaired.
+	Damaged bool
 }
 
 // ReadableStart is the first offset a reader may start at: max(Floor, Start).

@@ -49,11 +49,15 @@ func (l *Log) load() error {
 		if err != nil && !errors.Is(err, errCorrupt) {
 			return err
 		}
-		if err != nil {
-			return &record.CorruptError{Log: l.id, Offset: keyFirst, Reason: "last batch: " + err.Error()}
+		if err == nil && bfirst != keyFirst {
+			err = fmt.Errorf("%w: batch says first offset %d", errCorrupt, bfirst)
 		}
-		if bfirst != keyFirst {
-			return &record.CorruptError{Log: l.id, Offset: keyFirst, Reason: fmt.Sprintf("last batch says first offset %d", bfirst)}
+		if err != nil {
+			// Damage, not a torn tail (repairLost dropped those): the
+			// tail is unknown past it, and the log is refused.
+			l.damagedOnOpen(keyFirst, "last batch: "+err.Error())
+			l.next = keyFirst
+			return nil
 		}
 		l.next = keyFirst + uint64(len(recs))
 		l.lastEpoch = recs[len(recs)-1].Epoch
@@ -73,7 +77,10 @@ func (l *Log) load() error {
 	if !ok {
 		l.s.log.Info("rebuilding trim index", "log", l.id.String(), "reason", why)
 		if trims, err = l.rebuildTrimIndex(); err != nil {
-			return fmt.Errorf("logstore: rebuild trim index of %s: %w", l.id, err)
+			if !errors.Is(err, record.ErrCorrupt) || l.damage == nil {
+				return fmt.Errorf("logstore: rebuild trim index of %s: %w", l.id, err)
+			}
+			trims = nil // the log is refused until repaired, which rebuilds it
 		}
 	}
 	l.trims = trims
@@ -110,6 +117,7 @@ func (l *Log) load() error {
 func (l *Log) repairLost(full bool) error {
 	var cut []byte // the oldest batch whose value was lost for good
 	var restore []kv
+	var damaged []uint64 // first offsets of damaged batches (Options.LastRun)
 	err := l.s.db.View(func(txn *badger.Txn) error {
 		prefix := logPrefix(prefixData, l.num)
 		seek := append(append([]byte(nil), prefix...), bytes.Repeat([]byte{0xff}, 16)...)
@@ -145,7 +153,21 @@ func (l *Log) repairLost(full bool) error {
 			if err != nil {
 				return err
 			}
+			if !lost && !isRef(v) && len(v) > 0 {
+				// A value that reads but fails its check: damage, or,
+				// where a crash may have torn it, zeros or a partial
+				// write in the value log (open does not let badger cut
+				// its newest value-log file: shieldValueLog).
+				_, _, err := batchHeader(v)
+				lost = errors.Is(err, errCorrupt)
+			}
 			switch {
+			case lost && !l.s.tornOK(v, item.Version()):
+				// Acknowledged data that does not read back: damage,
+				// reported and kept, never dropped (nor replaced by an
+				// older copy, which a synced rewrite superseded).
+				_, off, _ := parseDataKey(item.Key())
+				damaged = append(damaged, off)
 			case lost:
 				k := item.KeyCopy(nil)
 				old, err := l.s.olderValue(txn, k, item.Version())
@@ -160,11 +182,20 @@ func (l *Log) repairLost(full bool) error {
 			case stop == 0 && (int64(len(v)) >= l.s.vlogThreshold || isRef(v)):
 				stop = item.Version()
 			}
+
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("logstore: load %s: check value log: %w", l.id, err)
+	}
+	for _, off := range damaged {
+		if cut != nil {
+			if _, from, _ := parseDataKey(cut); off >= from {
+				continue // inside the torn tail dropped below
+			}
+		}
+		l.damagedOnOpen(off, "stored batch does not read back")
 	}
 	if cut == nil && len(restore) == 0 {
 		return nil
@@ -184,7 +215,7 @@ func (l *Log) repairLost(full bool) error {
 		}
 		_, from, _ := parseDataKey(cut)
 		l.s.log.Info("dropping batches whose values did not reach the disk before a crash",
-			"log", l.id.String(), "from", from, "batches", len(drop))
+			"log", l.id.String(), "from", from, "batches", len(drop), "lastRun", l.s.opts.LastRun.String())
 	}
 	if len(restore) > 0 {
 		l.s.log.Info("restoring batches from their previous copies: a rewrite did not reach the disk before a crash",

@@ -33,8 +33,9 @@ type Log struct {
 	lastEpoch uint64      // epoch of the record at next-1
 	fenced    bool
 	retention RetentionPolicy
-	gen       uint64        // bumped by TruncateFrom; stale acks do not advance durable
-	notify    chan struct{} // closed and replaced when durable or committed advance
+	gen       uint64               // bumped by TruncateFrom; stale acks do not advance durable
+	notify    chan struct{}        // closed and replaced when durable or committed advance
+	damage    *record.CorruptError // found on open; refuses appends and reads (damage.go)
 }
 
 func newLog(s *Store, id record.LogID, m logMeta) *Log {
@@ -67,7 +68,7 @@ func (l *Log) Describe() Info {
 	return Info{
 		ID: l.id, Base: l.base, Start: l.start, Floor: l.floor, Tail: tail,
 		Durable: l.durable, Committed: l.committed, Fenced: l.fenced,
-		Retention: l.retention, SegmentRecords: l.segRecs,
+		Retention: l.retention, SegmentRecords: l.segRecs, Damaged: l.damage != nil,
 	}
 }
 
@@ -152,6 +153,9 @@ func (l *Log) SubmitReplicated(ctx context.Context, recs []record.Record) (func(
 // prepare validates and encodes an append in the caller's goroutine.
 func (l *Log) prepare(recs []record.Record, op opKind) (*writeReq, error) {
 	o := &l.s.opts
+	if err := l.refuseDamaged(); err != nil {
+		return nil, err
+	}
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("logstore: empty append to %s: %w", l.id, ErrBadRecord)
 	}
@@ -217,6 +221,9 @@ func (l *Log) prepare(recs []record.Record, op opKind) (*writeReq, error) {
 // answers with) is durable per the fsync mode.
 func (l *Log) Trim(ctx context.Context, req TrimRequest) (TrimResult, error) {
 	o := &l.s.opts
+	if err := l.refuseDamaged(); err != nil {
+		return TrimResult{}, err
+	}
 	r := &writeReq{op: opTrim, log: l, n: 1, lastEpoch: req.Epoch}
 	r.trim = req
 	r.trim.Headers = cloneHeaders(req.Headers)

@@ -73,6 +73,12 @@ type Options struct {
 	Dir string
 	// Fsync is the durability mode; the zero value is FsyncOnCommit.
 	Fsync FsyncMode
+	// LastRun says what the previous run left on disk (the data
+	// directory's run-state tells): it decides whether a batch that does
+	// not read back on open is a torn tail, dropped, or damage, reported
+	// and never dropped (LastRun, Store.Damaged). The zero value keeps
+	// the old reading: every lost batch is a torn tail.
+	LastRun LastRun
 	// FsyncInterval is the background sync interval under FsyncPeriodic;
 	// zero means DefaultFsyncInterval.
 	FsyncInterval time.Duration

@@ -30,6 +30,9 @@ func (l *Log) ReadRaw(from uint64, opts ReadOptions) (ReadResult, error) {
 }
 
 func (l *Log) read(from uint64, opts ReadOptions, raw bool) (ReadResult, error) {
+	if err := l.refuseDamaged(); err != nil {
+		return ReadResult{}, err
+	}
 	if err := l.s.enter(); err != nil {
 		return ReadResult{}, err
 	}

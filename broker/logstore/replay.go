@@ -19,8 +19,9 @@ import (
 // none), syncs db and removes the spares left by a crash, unread. It
 // returns the next sequence number and the files found: all of their
 // frames are in badger now, and the caller removes those that no ref
-// points into.
-func replayCommitLogs(db *badger.DB, dir string) (next uint64, files []clFile, frames int, err error) {
+// points into. rs, if not nil, learns the marker and where each file's
+// replay stopped (LastRunAcknowledgedDurable).
+func replayCommitLogs(db *badger.DB, dir string, rs *replayState) (next uint64, files []clFile, frames int, err error) {
 	for _, spare := range []string{commitLogSpare, commitLogRecycled} {
 		if err := os.Remove(filepath.Join(dir, spare)); err != nil && !os.IsNotExist(err) {
 			return 0, nil, 0, fmt.Errorf("logstore: remove the commit log spare: %w", err)
@@ -29,6 +30,12 @@ func replayCommitLogs(db *badger.DB, dir string) (next uint64, files []clFile, f
 	from, err := readReplayMark(db)
 	if err != nil {
 		return 0, nil, 0, err
+	}
+	if rs != nil {
+		rs.from, rs.stops = from, map[uint64]int64{}
+		if rs.markVersion, err = replayMarkVersion(db); err != nil {
+			return 0, nil, 0, err
+		}
 	}
 	files, err = listCommitLogs(dir)
 	if err != nil {
@@ -41,8 +48,11 @@ func replayCommitLogs(db *badger.DB, dir string) (next uint64, files []clFile, f
 		if f.seq < from {
 			continue // a checkpoint put its frames in badger
 		}
-		n, err := replayCommitLog(db, filepath.Join(dir, f.name()), f)
+		n, stop, err := replayCommitLogAt(db, filepath.Join(dir, f.name()), f)
 		frames += n
+		if rs != nil {
+			rs.stops[f.seq] = stop
+		}
 		if err != nil {
 			return 0, nil, frames, err
 		}
@@ -87,13 +97,21 @@ func encodeReplayMark(seq uint64) []byte { return binary.BigEndian.AppendUint64(
 // replayCommitLog applies the frames of file f at path up to the first
 // one that does not check.
 func replayCommitLog(db *badger.DB, path string, f clFile) (int, error) {
+	n, _, err := replayCommitLogAt(db, path, f)
+	return n, err
+}
+
+// replayCommitLogAt is replayCommitLog, also returning where the replay
+// stopped: the file offset of the first frame that did not check (or of
+// the end of the file).
+func replayCommitLogAt(db *badger.DB, path string, f clFile) (int, int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, fmt.Errorf("logstore: read commit log: %w", err)
+		return 0, 0, fmt.Errorf("logstore: read commit log: %w", err)
 	}
 	seed := f.seed()
-	n := 0
-	for pos := 0; len(b)-pos >= 8; {
+	n, pos := 0, 0
+	for len(b)-pos >= 8 {
 		body, rest, ok := nextFrame(b[pos:], seed)
 		if !ok {
 			break // torn or corrupt tail: never acknowledged
@@ -106,15 +124,37 @@ func replayCommitLog(db *badger.DB, path string, f clFile) (int, error) {
 			break
 		}
 		if err := keepNewerMarks(db, kvs); err != nil {
-			return n, fmt.Errorf("logstore: replay commit log %s: %w", filepath.Base(path), err)
+			return n, int64(pos), fmt.Errorf("logstore: replay commit log %s: %w", filepath.Base(path), err)
 		}
 		if err := applyFrame(db, kvs); err != nil {
-			return n, fmt.Errorf("logstore: replay commit log %s: %w", filepath.Base(path), err)
+			return n, int64(pos), fmt.Errorf("logstore: replay commit log %s: %w", filepath.Base(path), err)
 		}
 		n++
 		pos = len(b) - len(rest)
 	}
-	return n, nil
+	return n, int64(pos), nil
+}
+
+// replayMarkVersion returns badger's version of the replay marker (0 when
+// there is none): every data value older than it was synced by the
+// checkpoint that wrote it.
+func replayMarkVersion(db *badger.DB) (uint64, error) {
+	var v uint64
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(replayMarkKey())
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v = item.Version()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("logstore: read the commit-log replay marker: %w", err)
+	}
+	return v, nil
 }
 
 // keepNewerMarks keeps a log's value-log marker from moving back when a

@@ -296,6 +296,9 @@ func (s *Store) CollectValueLog(ctx context.Context) (err error) {
 		return err
 	}
 	defer s.leave()
+	if len(s.Damaged()) > 0 {
+		return nil // badger would drop the values behind a damaged entry (damage.go)
+	}
 	err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(gcMarkKey(), sealFrame(nil)) })
 	if err == nil {
 		err = s.sync()

@@ -76,6 +76,8 @@ type Store struct {
 	// gcInterrupted: a crash interrupted value-log garbage collection, so
 	// opening checks every batch (Log.repairLost).
 	gcInterrupted bool
+	// replay: what the commit-log replay on open found (damage.go).
+	replay replayState
 }
 
 // Open opens (or creates) the store in opts.Dir, loads every log's state
@@ -113,12 +115,16 @@ func Open(opts Options) (*Store, error) {
 	if err := removeEmptyLogFiles(opts.Dir, opts.Logger); err != nil {
 		return nil, err
 	}
+	if err := shieldValueLog(opts.Dir); err != nil {
+		return nil, err
+	}
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("logstore: open badger in %s: %w", opts.Dir, err)
 	}
 	clDir := filepath.Join(opts.Dir, commitLogDir)
-	clSeq, clFiles, frames, err := replayCommitLogs(db, clDir)
+	var replay replayState
+	clSeq, clFiles, frames, err := replayCommitLogs(db, clDir, &replay)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -154,6 +160,7 @@ func Open(opts Options) (*Store, error) {
 		refs:          newRefFiles(clDir),
 		pins:          pins,
 		refsFormat:    opts.CommitLogValues || len(pins) > 0,
+		replay:        replay,
 	}
 	if s.refsFormat {
 		if err := markRefsFormat(db); err != nil {

@@ -256,6 +256,7 @@ func (l *Log) ResetAt(off uint64) error {
 	l.gen++
 	// The floor is derived from committed trims; none is stored any more.
 	l.floor, l.floorTrim = l.base, nil
+	l.damage = nil // nothing of the damaged data is left
 	meta := l.metaLocked()
 	l.wakeLocked()
 	l.mu.Unlock()

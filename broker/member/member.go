@@ -189,11 +189,26 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
-		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: cfg.CommitLogValues,
-		Logger: log.WithName("logstore"), Metrics: metrics, MinFreeBytes: cfg.MinFreeBytes, SpaceCheckInterval: cfg.SpaceCheckInterval})
+	corruptMetrics, err := server.NewCorruptLogMetrics(reg)
 	if err != nil {
 		return err
+	}
+	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
+		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: cfg.CommitLogValues,
+		LastRun: LastRunOf(identified.Decision()), Logger: log.WithName("logstore"), Metrics: metrics,
+		MinFreeBytes: cfg.MinFreeBytes, SpaceCheckInterval: cfg.SpaceCheckInterval})
+	if err != nil {
+		return err
+	}
+	if damaged := store.Damaged(); len(damaged) > 0 {
+		corruptMetrics.Found(len(damaged))
+		if id, inc, err = giveUpDamaged(ctx, log, store, running, damaged, inc, func(ctx context.Context, id datadir.StorageID) (int64, error) {
+			return cp.Register(ctx, id.String(), inc, advertise)
+		}); err != nil {
+			_ = store.Close()
+			return err
+		}
+		decision = running.Decision()
 	}
 	storeReady.Store(store)
 	reports := cp.NewReportWriter(controlplane.ReportOptions{})

@@ -32,9 +32,12 @@ const (
 	CodeUnavailable Code = 8
 	// CodeUnsupportedVersion: the Hello's version is below the minimum.
 	CodeUnsupportedVersion Code = 9
+	// CodeCorrupt: the data asked for is damaged on this broker's disk
+	// (a checksum failed), or the log is refused as a whole because it
+	// is. Not retryable against this broker; see Offset.
+	CodeCorrupt Code = 10
 	// CodeStorageFull: the broker's disk is below its free-space floor
-	// (or a write hit ENOSPC); writes resume by themselves. 10 is left
-	// for another code added at the same time.
+	// (or a write hit ENOSPC); writes resume by themselves.
 	CodeStorageFull Code = 11
 )
 
@@ -68,6 +71,8 @@ var codeTable = []CodeInfo{
 		"The broker cannot serve the request now (starting, draining, storage failing). Safe to retry an unconditional request elsewhere or later."},
 	{CodeUnsupportedVersion, "UnsupportedVersion", nil,
 		"The Hello asked for a protocol version this broker does not speak; the connection is closed."},
+	{CodeCorrupt, "Corrupt", []string{"offset u64"},
+		"The log's stored data failed its checksum at offset (the first damaged offset known), or the broker refuses the whole log because part of it is damaged. Retrying here returns the same; an operator inspects and repairs the log (docs/operator.md)."},
 	{CodeStorageFull, "StorageFull", nil,
 		"The broker's disk is below its free-space floor, or a write ran out of space: appends are refused (reads are served) until space returns, then resume by themselves. The append was not acknowledged; retry later or elsewhere, re-reading first if it was conditional."},
 }
@@ -114,6 +119,8 @@ type Error struct {
 	Epoch  uint64
 	// RecordTooLarge.
 	Limit uint64
+	// Corrupt: the first damaged offset known.
+	Offset uint64
 }
 
 func (e *Error) Error() string {
@@ -137,6 +144,8 @@ func (e *Error) Is(target error) bool {
 		return target == record.ErrRecordTooLarge
 	case CodeStorageFull:
 		return target == record.ErrStorageFull
+	case CodeCorrupt:
+		return target == record.ErrCorrupt
 	}
 	return false
 }
@@ -168,6 +177,10 @@ func ErrorFrom(err error) *Error {
 	if errors.As(err, &ct) {
 		return &Error{Code: CodeCursorTooOld, Message: err.Error(), From: ct.From, Floor: ct.Floor,
 			HasTag: ct.TrimHeaders != nil, TrimHeaders: ct.TrimHeaders}
+	}
+	var ce *record.CorruptError
+	if errors.As(err, &ce) {
+		return &Error{Code: CodeCorrupt, Message: err.Error(), Offset: ce.Offset}
 	}
 	switch {
 	case errors.Is(err, record.ErrShardUnknown):
@@ -220,6 +233,8 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Epoch)
 	case CodeRecordTooLarge:
 		en.u64(e.Limit)
+	case CodeCorrupt:
+		en.u64(e.Offset)
 	}
 	return en.b, nil
 }
@@ -257,6 +272,8 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 		e.Epoch = d.U64("epoch")
 	case CodeRecordTooLarge:
 		e.Limit = d.U64("limit")
+	case CodeCorrupt:
+		e.Offset = d.U64("offset")
 	default:
 		if _, known := e.Code.Info(); !known && d.Err == nil {
 			return e, nil

@@ -139,7 +139,7 @@ func TestNegotiateRefusesOldVersion(t *testing.T) {
 func TestErrorCodeTableIsStable(t *testing.T) {
 	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
 		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion",
-		11: "StorageFull"}
+		10: "Corrupt", 11: "StorageFull"}
 	seen := map[string]bool{}
 	for _, ci := range Codes() {
 		if want[ci.Code] != ci.Name {
@@ -167,11 +167,16 @@ func TestErrorFromRecordErrors(t *testing.T) {
 		{ErrMalformed, CodeBadRequest},
 		{record.ErrClosed, CodeUnavailable},
 		{fmt.Errorf("append: %w", record.ErrStorageFull), CodeStorageFull},
+		{fmt.Errorf("read: %w", &record.CorruptError{Offset: 7, Reason: "checksum"}), CodeCorrupt},
 	}
 	for _, tc := range tests {
 		if got := ErrorFrom(tc.err); got.Code != tc.code {
 			t.Errorf("ErrorFrom(%v).Code = %v, want %v", tc.err, got.Code, tc.code)
 		}
+	}
+	ce := ErrorFrom(&record.CorruptError{Offset: 7, Reason: "checksum"})
+	if !errors.Is(ce, record.ErrCorrupt) || ce.Offset != 7 {
+		t.Fatalf("Corrupt lost its offset or sentinel: %+v", ce)
 	}
 	om := ErrorFrom(&record.OffsetMismatchError{Expected: 1, Tail: 2})
 	if !errors.Is(om, record.ErrOffsetMismatch) || om.Tail != 2 {

@@ -116,6 +116,8 @@ func goldenCases() []goldenCase {
 			&Error{Code: CodeRecordTooLarge, Message: "too large", Limit: 1024}),
 		errCase("error_shard_unknown", 0, &Error{Code: CodeShardUnknown, Message: "orders/3"}, &Error{Code: CodeShardUnknown, Message: "orders/3"}),
 		errCase("error_bad_request", 0, &Error{Code: CodeBadRequest, Message: "bad"}, &Error{Code: CodeBadRequest, Message: "bad"}),
+		errCase("error_corrupt", 0, &Error{Code: CodeCorrupt, Message: "corrupt", Offset: 999},
+			&Error{Code: CodeCorrupt, Message: "corrupt", Offset: 999}),
 		errCase("error_unavailable", 0, &Error{Code: CodeUnavailable, Message: "draining"}, &Error{Code: CodeUnavailable, Message: "draining"}),
 		errCase("error_storage_full", 0, &Error{Code: CodeStorageFull, Message: "storage full"}, &Error{Code: CodeStorageFull, Message: "storage full"}),
 	}

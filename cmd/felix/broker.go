@@ -19,6 +19,7 @@ import (
 
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/member"
 	"felix.dev/felix/broker/replica"
 	"felix.dev/felix/broker/server"
 )
@@ -198,12 +199,26 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	corruptMetrics, err := server.NewCorruptLogMetrics(reg)
+	if err != nil {
+		return err
+	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(f.dataDir, logStoreDir), Fsync: mode, FsyncInterval: f.fsyncInterval,
 		SegmentRecords: f.segmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: f.batchesInLog,
-		AutoCommit: true, Logger: log.WithName("logstore"), Metrics: metrics,
+		AutoCommit: true, LastRun: member.LastRunOf(identified.Decision()), Logger: log.WithName("logstore"), Metrics: metrics,
 		MinFreeBytes: uint64(f.minFree), SpaceCheckInterval: f.spaceInterval})
 	if err != nil {
 		return err
+	}
+	// A standalone broker has no peer to copy a damaged log from: it
+	// refuses the log (Corrupt) until an operator runs felix log repair.
+	if damaged := store.Damaged(); len(damaged) > 0 {
+		corruptMetrics.Found(len(damaged))
+		corruptMetrics.SetRefused(len(damaged))
+		for _, d := range damaged {
+			log.Error(d, "log refused: its stored data is damaged; see felix log inspect and felix log repair",
+				"log", d.Log.String(), "offset", d.Offset)
+		}
 	}
 	storeOpen := true
 	defer func() {

@@ -189,6 +189,8 @@ func errorJSON(err error) (map[string]any, int) {
 			out["epoch"] = we.Epoch
 		case wire.CodeRecordTooLarge:
 			out["limit"] = we.Limit
+		case wire.CodeCorrupt:
+			out["offset"] = we.Offset
 		}
 		return out, exitBrokerError
 	default:

@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(),
 		newRestorePointCmd(),
+		newLogCmd(),
 		newOperatorCmd(),
 		newBrokerCmd(),
 		newAppendCmd(),

@@ -33,9 +33,13 @@ import (
 	_ "felix.dev/felix/broker/server"
 )
 
-// felixBin builds the felix binary once per test run.
+// felixBin builds the felix binary once per test run; FELIX_E2E_BIN names
+// a binary to use instead.
 func felixBin(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv("FELIX_E2E_BIN"); bin != "" {
+		return bin // another build, to compare (as in test/e2e)
+	}
 	// Reading the command's sources makes the test cache notice their
 	// changes (the build runs in a subprocess the cache cannot see).
 	srcs, _ := filepath.Glob(filepath.Join("..", "..", "..", "cmd", "felix", "*.go"))
