@@ -203,3 +203,34 @@ func TestFD2_ClientLogDoesNotResendUnansweredAppend(t *testing.T) {
 		t.Fatalf("log tail %d, holder expected %d, counter %d; want %d, %d, 1", tail, h.Expected(), w.Value(), before+2, before+2)
 	}
 }
+
+// A redialing log refuses every connection that did not negotiate the trim
+// tag, the first and any redial: a stale holder trimmed past would be
+// refused without learning the newer epoch.
+func TestRedialingClientLogRefusesConnectionsWithoutTrimTag(t *testing.T) {
+	ctx := context.Background()
+	_, addr := serveStore(t)
+	var noTag atomic.Bool
+	dial := func(ctx context.Context) (*client.Client, error) {
+		return client.Dial(ctx, addr, client.Options{NoFeatures: noTag.Load()})
+	}
+	noTag.Store(true)
+	if _, err := NewRedialingClientLog(ctx, dial, testShard.ShardID, logr.Discard()); !errors.Is(err, ErrNoTrimTag) {
+		t.Fatalf("first connection without the trim tag: %v, want ErrNoTrimTag", err)
+	}
+	noTag.Store(false)
+	l, err := NewRedialingClientLog(ctx, dial, testShard.ShardID, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	_ = l.Close() // the next call dials again
+	noTag.Store(true)
+	if _, err := l.Describe(ctx); !errors.Is(err, ErrNoTrimTag) {
+		t.Fatalf("redial without the trim tag: %v, want ErrNoTrimTag", err)
+	}
+	noTag.Store(false)
+	if _, err := l.Describe(ctx); err != nil {
+		t.Fatalf("redial with the trim tag: %v", err)
+	}
+}
