@@ -20,11 +20,17 @@ import (
 // standalone broker in process) and returns the store and its address.
 func serveStore(t *testing.T) (*logstore.Store, string) {
 	t.Helper()
+	return serveStoreWith(t, server.Options{})
+}
+
+// serveStoreWith is serveStore with the server's options.
+func serveStoreWith(t *testing.T, opts server.Options) (*logstore.Store, string) {
+	t.Helper()
 	store, err := logstore.Open(logstore.Options{Dir: t.TempDir(), AutoCommit: true, Fsync: logstore.FsyncNone})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.StoreShards(store), server.Options{})
+	srv := server.New(server.StoreShards(store), opts)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +70,12 @@ func TestFD4_ClientLogReportsRetention(t *testing.T) {
 	ctx := context.Background()
 	store, addr := serveStore(t)
 	cl := dialLog(t, addr, client.Options{})
-	info, err := cl.Describe(ctx) // creates the standalone shard
+	// Describe does not create a standalone shard (only an append does):
+	// create its log so its retention can be set.
+	if _, err := store.CreateLog(testShard, logstore.LogOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := cl.Describe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

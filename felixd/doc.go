@@ -13,7 +13,7 @@
 //     workload.
 //   - Check the stream (CheckStream): retention must be off [FD-4].
 //   - Catch up from the holder's own cursor (initialised once from the
-//     shard's floor, then moved only by its reads and its acknowledged
+//     shard's base, not its floor, then moved only by its reads and its acknowledged
 //     answers, never read from earliest [FD-1]), rebuilding the workload's
 //     state from the latest snapshot plus the records after it.
 //   - Make the fenced write: a tail-conditional append carrying the epoch
@@ -30,5 +30,7 @@
 // which are always sent so the broker checks their tail [FD-3].
 //
 // The package depends on a small Log interface (Append, Read, Trim,
-// Describe); ClientLog adapts broker/client to it. See docs/felixd.md.
+// Describe); ClientLog adapts broker/client to it, and one made by
+// NewRedialingClientLog dials again when the broker closes its connection,
+// resending only what cannot have landed. See docs/felixd.md.
 package felixd

@@ -17,7 +17,16 @@ import (
 )
 
 // ErrClosed is returned by calls on a closed client, and wraps the cause for
-// calls whose connection broke.
+// calls whose connection broke (a connection-level error from the broker,
+// such as its idle timeout, or a read or write failure). The client does
+// not redial: a caller that wants to go on dials a new Client.
+//
+// For Append, AppendAsync and Trim an error matching ErrClosed and not
+// ErrUnknownOutcome means the request was never written: the connection
+// was already finished when it was made, so sending it again on a new
+// connection is its first send. An error matching ErrUnknownOutcome (it
+// also matches ErrClosed when the connection broke) means it may have
+// landed.
 var ErrClosed = errors.New("client: connection closed")
 
 // ErrUnknownOutcome is matched by the error of an append or trim that was

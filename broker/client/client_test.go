@@ -146,3 +146,46 @@ func TestHandshakeRefusesFeaturesNotOffered(t *testing.T) {
 		t.Fatalf("Dial accepted a feature it did not offer: %v", err)
 	}
 }
+
+// TestClosedByBrokerConditionalWritesAreNotSent: once the broker closed
+// the connection with a connection-level error (its idle timeout), a
+// conditional append or trim fails with ErrClosed and not
+// ErrUnknownOutcome: the contract that lets a caller send it again on a
+// new connection.
+func TestClosedByBrokerConditionalWritesAreNotSent(t *testing.T) {
+	fb := startFake(t, wire.HelloOK{Version: 1, Features: wire.FeatureTrimTag, MaxFrameSize: 1 << 20, MaxBatchRecords: 10})
+	c := dial(t, fb.addr)
+	nc := <-fb.conn
+	body, _ := wire.EncodeError(&wire.Error{Code: wire.CodeBadRequest, Message: "idle timeout"}, 0)
+	_ = wire.WriteFrame(nc, wire.Frame{Type: wire.MsgError, Body: body})
+	_ = nc.Close()
+	if _, ok := <-fb.frames; ok {
+		t.Fatal("the fake broker read a frame before any call")
+	}
+	// The client learns of the close on its read loop; a call made before
+	// it did may have been written to the dead socket, so wait for a
+	// call that fails without being sent (an append would be unknown).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := c.Describe(context.Background(), shard)
+		if errors.Is(err, client.ErrClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("describe on a connection the broker closed: %v, want ErrClosed", err)
+		}
+	}
+	tail := uint64(3)
+	_, aerr := c.Append(context.Background(), shard, []record.Record{{Payload: []byte("x")}}, &tail)
+	_, terr := c.Trim(context.Background(), wire.TrimRequest{Shard: shard, Floor: 1, ExpectTail: tail})
+	_, perr := c.AppendAsync(context.Background(), shard, []record.Record{{Payload: []byte("y")}}, &tail)
+	for name, err := range map[string]error{"append": aerr, "trim": terr, "append async": perr} {
+		if !errors.Is(err, client.ErrClosed) || errors.Is(err, client.ErrUnknownOutcome) {
+			t.Fatalf("%s after the broker closed: %v, want ErrClosed and not ErrUnknownOutcome", name, err)
+		}
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeBadRequest {
+			t.Fatalf("%s: %v does not carry the broker's reason", name, err)
+		}
+	}
+}

@@ -14,6 +14,10 @@
 // ErrUnknownOutcome: it may or may not have landed, and sending it again
 // blindly could land it twice or, worse, make a stale writer adopt a tail it
 // never read. Re-read from your own cursor and decide [FD-1] [FD-2].
+// Nor does it redial: once the broker closes the connection (for instance
+// after its idle timeout) every call fails with an error matching
+// ErrClosed; a conditional write that fails so without matching
+// ErrUnknownOutcome was never sent and may be sent on a new connection.
 //
 // Errors from the broker are *wire.Error values; errors.Is matches the
 // record package's sentinels (record.ErrOffsetMismatch,

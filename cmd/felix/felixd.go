@@ -88,7 +88,7 @@ Then it campaigns again, or with --once exits with code 4 (retired) or 5
 	fl.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "how long renewal may fail before the lease is given up")
 	fl.DurationVar(&f.retryPeriod, "retry-period", 2*time.Second, "interval between acquisition attempts and renewals")
 	fl.DurationVar(&f.stepInterval, "step-interval", felixd.DefaultStepInterval, "pause between outputs")
-	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "deadline of the broker dial")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "deadline of each broker dial (the first, and each redial after the broker closed the connection)")
 	fl.BoolVar(&f.once, "once", false, "exit after retiring (code 4) or losing the lease (code 5) instead of campaigning again")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
 	f.tls.register(cmd)
@@ -135,17 +135,21 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 	if err != nil {
 		return err
 	}
-	dctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	c, err := client.Dial(dctx, f.broker, opts)
-	cancel()
+	// The broker closes a connection idle for its --idle-timeout (a
+	// standby campaigning for the lease sends nothing), so the log dials
+	// again when it finds its connection closed, resending only what is
+	// safe to resend (docs/felixd.md).
+	dial := func(ctx context.Context) (*client.Client, error) {
+		dctx, cancel := context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+		return client.Dial(dctx, f.broker, opts)
+	}
+	shardLog, err := felixd.NewRedialingClientLog(cmd.Context(), dial, record.ShardID{Stream: f.stream, Shard: f.shard},
+		log.WithName("broker"))
 	if err != nil {
 		return err
 	}
-	defer func() { _ = c.Close() }()
-	shardLog, err := felixd.NewClientLog(c, record.ShardID{Stream: f.stream, Shard: f.shard})
-	if err != nil {
-		return err
-	}
+	defer func() { _ = shardLog.Close() }()
 	for {
 		lease, err := felixd.NewLease(felixd.LeaseConfig{Client: cs.CoordinationV1(), Namespace: f.namespace, Name: f.workload,
 			Identity: f.identity, LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,

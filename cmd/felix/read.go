@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/wire"
 )
 
@@ -39,8 +40,9 @@ func newReadCmd() *cobra.Command {
 		Long: `Read a shard's records from a start position: an offset, earliest (the
 floor) or latest (the tail: only records appended from now on). Without
 --follow the command stops when it has read everything committed; with
---follow it waits for new records until interrupted. --limit stops after N
-records.
+--follow it waits for new records until interrupted, dialing again and
+reading on from the same position when the broker closes the connection
+(its idle timeout, a restart). --limit stops after N records.
 
 Prints one JSON object per record: offset, epoch, timestamp, headers and
 payload (payload when valid UTF-8, otherwise payloadBase64). A start below the
@@ -77,6 +79,7 @@ it had headers, trimHeaders.`,
 			defer func() { _ = c.Close() }()
 			p := newPrinter(cmd, f.output, "OFFSET", "EPOCH", "TIMESTAMP", "HEADERS", "PAYLOAD")
 			printed := 0
+			redialed := false // since the last read answered
 			for limit == 0 || printed < limit {
 				if limit > 0 {
 					req.MaxRecords = uint32(limit - printed)
@@ -89,6 +92,18 @@ it had headers, trimHeaders.`,
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				res, err := c.Read(ctx, req)
 				cancel()
+				if err != nil && follow && !redialed && errors.Is(err, client.ErrClosed) && cmd.Context().Err() == nil {
+					// The broker closed the connection (its idle timeout
+					// while the output was blocked, a restart): a read is
+					// safe to send again, from the same position.
+					_ = c.Close()
+					if c, err = f.dial(cmd); err != nil {
+						_ = p.flush()
+						return err
+					}
+					redialed = true
+					continue
+				}
 				if err != nil {
 					if follow && cmd.Context().Err() != nil {
 						break // interrupted
@@ -96,6 +111,7 @@ it had headers, trimHeaders.`,
 					_ = p.flush()
 					return reportErr(cmd, err)
 				}
+				redialed = false
 				for _, r := range res.Records {
 					line := readLine{Offset: r.Offset, Epoch: r.Epoch, Timestamp: time.Unix(0, r.Timestamp).UTC().Format(time.RFC3339Nano),
 						Headers: headersJSON(r.Headers)}

@@ -122,10 +122,15 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 
 // startBroker starts a standalone broker and returns it with its protocol
 // address.
+// brokerIdleTimeout is the broker's --idle-timeout: shorter than a standby
+// holder's wait for the lease and than a frozen holder's freeze.
+const brokerIdleTimeout = time.Second
+
 func startBroker(t *testing.T, bin, dataDir string) (*proc, string) {
 	t.Helper()
 	b, out := start(t, "broker", bin, "broker", "--standalone", "--data-dir", dataDir,
-		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", "periodic")
+		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", "periodic",
+		"--idle-timeout", brokerIdleTimeout.String())
 	lines := make(chan string, 1)
 	go func() {
 		if out.Scan() {

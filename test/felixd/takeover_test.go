@@ -34,6 +34,10 @@ const (
 // still leads, and must retire with none of its writes landing after
 // holder 2's fenced write. The stream's final contents, trims included,
 // are read from the broker's store and checked for StaleTrimRefused.
+//
+// The broker's idle timeout (brokerIdleTimeout) is shorter than holder 2's
+// wait for the lease and holder 1's freeze: both find their connection
+// closed and must redial, resending nothing that may have landed.
 func TestStaleTrimRefused_FrozenHolderRetires(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds felix, runs an API server and three processes")
@@ -49,14 +53,17 @@ func TestStaleTrimRefused_FrozenHolderRetires(t *testing.T) {
 
 	dataDir := t.TempDir()
 	broker, addr := startBroker(t, bin, dataDir)
-	c, err := client.Dial(ctx, addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
 	shard := record.ShardID{Stream: stream, Shard: 0}
 	describe := func() (d struct{ Floor, Tail uint64 }) {
-		got, err := c.Describe(ctx, shard)
+		// A connection per look: the broker closes idle ones.
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c, err := client.Dial(dctx, addr, client.Options{})
+		if err != nil {
+			return d
+		}
+		defer func() { _ = c.Close() }()
+		got, err := c.Describe(dctx, shard)
 		if err == nil {
 			d.Floor, d.Tail = got.Floor, got.Tail
 		}
@@ -102,6 +109,12 @@ func TestStaleTrimRefused_FrozenHolderRetires(t *testing.T) {
 	if !strings.Contains(h1.stderr.String(), "CursorTooOld carries a newer epoch") {
 		t.Errorf("holder 1 did not retire on the tagged CursorTooOld:\n%s", h1.stderr)
 	}
+	// Both outlived a connection the broker closed for being idle.
+	for name, h := range map[string]*proc{"holder 1": h1, "holder 2": h2} {
+		if !strings.Contains(h.stderr.String(), "redialed the broker") {
+			t.Errorf("%s never redialed: the idle timeout did not close its connection:\n%s", name, h.stderr)
+		}
+	}
 	// Holder 2 goes on writing after holder 1 is gone, then stops cleanly.
 	after := describe().Tail
 	waitFor(t, "holder 2 to keep writing", 30*time.Second, func() bool { return describe().Tail > after+10 })
@@ -109,7 +122,6 @@ func TestStaleTrimRefused_FrozenHolderRetires(t *testing.T) {
 	if code := h2.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("holder 2 exit code %d", code)
 	}
-	_ = c.Close()
 	broker.signal(t, syscall.SIGTERM)
 	if code := broker.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("broker exit code %d", code)
