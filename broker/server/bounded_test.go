@@ -141,6 +141,29 @@ func TestIdleTimeoutOnByDefault(t *testing.T) {
 	}
 }
 
+// TestIdleTimeoutSparesAWaitingFollowRead: a connection whose follow read
+// is parked at the broker for longer than the idle timeout is waiting for
+// the broker, not idle; the read is answered when its wait ends.
+func TestIdleTimeoutSparesAWaitingFollowRead(t *testing.T) {
+	b := startBroker(t, Options{IdleTimeout: 150 * time.Millisecond})
+	c := dial(t, b.addr, client.Options{})
+	ctx := ctxT(t)
+	if _, err := c.Append(ctx, shardA, recs("one"), nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r, err := c.Read(ctx, wire.ReadRequest{Shard: shardA, From: wire.FromOffset, Offset: 1, WaitMillis: 800})
+	if err != nil {
+		t.Fatalf("follow read waiting %v past a %v idle timeout: %v", time.Since(start), 150*time.Millisecond, err)
+	}
+	if len(r.Records) != 0 || r.Next != 1 {
+		t.Fatalf("follow read = %+v, want empty at 1", r)
+	}
+	if _, err := c.Append(ctx, shardA, recs("two"), nil); err != nil {
+		t.Fatalf("append after the wait: %v", err)
+	}
+}
+
 // TestHelloFrameIsSmall: the first frame of a connection is refused at
 // once when it announces more than a Hello can be, before any of it is
 // read or held.

@@ -222,6 +222,11 @@ func (c *conn) readLoop(br *bufio.Reader) {
 					return
 				}
 				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// A connection waiting for its own answers (a
+					// follow read parked at the broker) is not idle.
+					if c.unanswered.Load() > 0 {
+						continue
+					}
 					c.violation("idle", &wire.Error{Code: wire.CodeBadRequest, Message: "idle timeout"})
 				}
 				return
