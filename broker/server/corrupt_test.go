@@ -91,7 +91,8 @@ func TestDamagedRecordsAreReportedAsCorrupt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := dial(t, serveStore(t, store), client.Options{})
+			addr := serveStore(t, store)
+			c := dial(t, addr, client.Options{})
 			ctx := ctxT(t)
 			_, err = c.Read(ctx, wire.ReadRequest{Shard: shardA, From: wire.FromEarliest, MaxRecords: 100})
 			var we *wire.Error
@@ -113,6 +114,13 @@ func TestDamagedRecordsAreReportedAsCorrupt(t *testing.T) {
 				if _, err := c.Append(ctx, shardA, recs("more"), nil); !errors.As(err, &we) || we.Code != wire.CodeCorrupt {
 					t.Fatalf("append to a damaged log: %v, want Corrupt", err)
 				}
+			}
+			// A client that predates the code (no storage-errors feature)
+			// is told Unavailable, which it knows to treat as retryable.
+			old := dial(t, addr, client.Options{Features: wire.FeatureTrimTag})
+			_, err = old.Read(ctx, wire.ReadRequest{Shard: shardA, From: wire.FromEarliest, MaxRecords: 100})
+			if !errors.As(err, &we) || we.Code != wire.CodeUnavailable || !strings.HasPrefix(we.Message, "corrupt") {
+				t.Fatalf("read without storage-errors: %v, want Unavailable", err)
 			}
 		})
 	}

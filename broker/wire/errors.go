@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"felix.dev/felix/broker/record"
 )
@@ -197,7 +198,9 @@ func ErrorFrom(err error) *Error {
 
 // EncodeError returns the body of an Error frame. feats are the features
 // negotiated on the connection: the CursorTooOld tag fields are written only
-// when FeatureTrimTag is among them [TR-4].
+// when FeatureTrimTag is among them [TR-4]. A sender passes the error
+// through ErrorFor first, so that no code newer than the connection's
+// features goes out.
 func EncodeError(e *Error, feats Features) ([]byte, error) {
 	if err := checkStr("error message", e.Message); err != nil {
 		return nil, err
@@ -237,6 +240,30 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Offset)
 	}
 	return en.b, nil
+}
+
+// ErrorFor returns the error a connection that negotiated feats may be
+// sent: without FeatureStorageErrors, Corrupt and StorageFull become
+// Unavailable with the same message, prefixed with what happened, so a
+// client that predates those codes retries as for any Unavailable.
+func ErrorFor(e *Error, feats Features) *Error {
+	if feats.Has(FeatureStorageErrors) {
+		return e
+	}
+	var prefix string
+	switch e.Code {
+	case CodeCorrupt:
+		prefix = "corrupt (not retryable on this broker): "
+	case CodeStorageFull:
+		prefix = "storage full: "
+	default:
+		return e
+	}
+	msg := e.Message
+	if len(prefix)+len(msg) <= math.MaxUint16 {
+		msg = prefix + msg
+	}
+	return &Error{Code: CodeUnavailable, Message: msg}
 }
 
 // DecodeError decodes an Error body under the connection's features.

@@ -23,10 +23,15 @@ const (
 	// FeatureLogPolicy: a DescribeOK carries the data log's policy, whether
 	// it is fenced and whether its retention is on [FD-4].
 	FeatureLogPolicy Features = 1 << 2
+	// FeatureStorageErrors: the broker may answer with the error codes
+	// Corrupt (10) and StorageFull (11). A connection without it gets
+	// Unavailable in their place, with the same message, so a client that
+	// predates them retries as it does for any Unavailable.
+	FeatureStorageErrors Features = 1 << 3
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -49,6 +54,8 @@ func (f Features) String() string {
 			parts = append(parts, "trim-tag")
 		case FeatureLogPolicy:
 			parts = append(parts, "log-policy")
+		case FeatureStorageErrors:
+			parts = append(parts, "storage-errors")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

@@ -248,3 +248,29 @@ func TestReadFrameBodyAllocatesAsBytesArrive(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorForDowngradesNewerCodes: a connection that did not negotiate
+// FeatureStorageErrors is never sent Corrupt or StorageFull; it gets
+// Unavailable with the same message, prefixed. Other codes pass through.
+func TestErrorForDowngradesNewerCodes(t *testing.T) {
+	for _, tc := range []struct {
+		in       *Error
+		feats    Features
+		wantCode Code
+		wantMsg  string
+	}{
+		{&Error{Code: CodeCorrupt, Message: "bad crc", Offset: 7}, 0, CodeUnavailable, "corrupt (not retryable on this broker): bad crc"},
+		{&Error{Code: CodeStorageFull, Message: "below floor"}, FeatureTrimTag, CodeUnavailable, "storage full: below floor"},
+		{&Error{Code: CodeCorrupt, Message: "bad crc", Offset: 7}, FeatureStorageErrors, CodeCorrupt, "bad crc"},
+		{&Error{Code: CodeStorageFull, Message: "below floor"}, KnownFeatures, CodeStorageFull, "below floor"},
+		{&Error{Code: CodeFenced, Message: "fenced", Epoch: 3}, 0, CodeFenced, "fenced"},
+	} {
+		got := ErrorFor(tc.in, tc.feats)
+		if got.Code != tc.wantCode || got.Message != tc.wantMsg {
+			t.Errorf("ErrorFor(%v, %v) = %v %q, want %v %q", tc.in.Code, tc.feats, got.Code, got.Message, tc.wantCode, tc.wantMsg)
+		}
+	}
+	if s := FeatureStorageErrors.String(); s != "storage-errors" {
+		t.Fatalf("feature name %q", s)
+	}
+}

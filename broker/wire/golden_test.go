@@ -120,6 +120,11 @@ func goldenCases() []goldenCase {
 			&Error{Code: CodeCorrupt, Message: "corrupt", Offset: 999}),
 		errCase("error_unavailable", 0, &Error{Code: CodeUnavailable, Message: "draining"}, &Error{Code: CodeUnavailable, Message: "draining"}),
 		errCase("error_storage_full", 0, &Error{Code: CodeStorageFull, Message: "storage full"}, &Error{Code: CodeStorageFull, Message: "storage full"}),
+		// What a connection without FeatureStorageErrors is sent instead.
+		errCase("error_storage_full_downgraded", 0, ErrorFor(&Error{Code: CodeStorageFull, Message: "below floor"}, 0),
+			&Error{Code: CodeUnavailable, Message: "storage full: below floor"}),
+		errCase("error_corrupt_downgraded", 0, ErrorFor(&Error{Code: CodeCorrupt, Message: "crc", Offset: 999}, 0),
+			&Error{Code: CodeUnavailable, Message: "corrupt (not retryable on this broker): crc"}),
 	}
 }
 
