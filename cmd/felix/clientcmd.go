@@ -84,7 +84,7 @@ func (t *tlsFlags) dialOptions(cmd *cobra.Command, broker string) (client.Option
 		}
 		conf.ServerName = host
 	}
-	return client.Options{Features: wire.FeatureTrimTag, TLS: conf}, nil
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors, TLS: conf}, nil
 }
 
 func (f *shardFlags) register(cmd *cobra.Command) {
