@@ -339,7 +339,10 @@ func TestLookingNeverCreatesAShard(t *testing.T) {
 		}
 		got <- r
 	}()
-	time.Sleep(50 * time.Millisecond) // let the read start waiting (a late start passes too)
+	// Create the shard only once the read waits for its creation, so the
+	// wake-on-creation path is the one exercised.
+	ss := b.srv.shards.(*storeShards)
+	eventually(t, 5*time.Second, "follow read parked on the absent shard", func() bool { return ss.parkedReads() == 1 })
 	if _, err := c.Append(ctx, s, recs("first"), nil); err != nil {
 		t.Fatal(err)
 	}
