@@ -86,5 +86,6 @@ func (b *budget) release(n int64) {
 // charge is what one request holds until its answer is written: bytes of
 // its connection's budget and of the server's frame budget.
 type charge struct {
-	conn, frame int64
+	conn  int64
+	frame frameHold
 }
