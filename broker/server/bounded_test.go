@@ -213,25 +213,29 @@ func TestConnectionsPerAddressLimit(t *testing.T) {
 }
 
 // TestFrameMemoryBoundsStalledFrames: clients that announce maximum-size
-// frames and stall make the broker hold neither their announced bytes nor
-// more than its frame memory budget; the frames over the budget are
-// refused, and the budget is whole again once the clients are gone.
+// frames, send part of them and stall make the broker hold neither their
+// announced bytes nor more than its frame memory budget: a body is charged
+// as it arrives (at most twice what arrived), the frames whose next chunk
+// does not fit are refused, and the budget is whole again once the clients
+// are gone.
 func TestFrameMemoryBoundsStalledFrames(t *testing.T) {
 	const (
 		frame   = 16 << 20
 		clients = 12
+		sent    = 3 << 20 // of each body: charged as 4 MiB
+		budget  = 2*(frame+4) + 100
 	)
-	b := startBroker(t, Options{MaxFrameSize: frame, MaxFrameMemory: 2*(frame+4) + 100,
+	b := startBroker(t, Options{MaxFrameSize: frame, MaxFrameMemory: budget,
 		FrameMemoryWait: 100 * time.Millisecond, FrameTimeout: 3 * time.Second})
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	conns := make([]*rawConn, clients)
+	part := make([]byte, sent)
 	for i := range conns {
 		conns[i] = dialRaw(t, b.addr)
 		conns[i].hello(0)
-		stall := append(frameHeader(wire.MsgAppend, uint32(i+1), frame-5), 0, 6, 'o', 'r', 'd')
-		if _, err := conns[i].nc.Write(stall); err != nil {
+		if _, err := conns[i].nc.Write(append(frameHeader(wire.MsgAppend, uint32(i+1), frame-5), part...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -244,14 +248,14 @@ func TestFrameMemoryBoundsStalledFrames(t *testing.T) {
 		}
 		return now.HeapAlloc - before.HeapAlloc
 	}
-	const bound = 32 << 20 // less than two announced frames
+	const bound = budget + 8<<20 // the budget, plus the test's own buffer and slack
 	eventually(t, 5*time.Second, "frames over the budget refused", func() bool {
-		return b.metric("felix_broker_frame_memory_refusals_total") >= clients-2 || grown() > bound
+		return b.metric("felix_broker_frame_memory_refusals_total") >= clients-budget/(4<<20) || grown() > bound
 	})
 	if g := grown(); g > bound {
 		t.Fatalf("%d stalled %d-byte frames grew the heap by %d bytes (bound %d)", clients, frame, g, bound)
 	}
-	if held := b.metric("felix_broker_frame_memory_bytes"); held > 2*(frame+4) {
+	if held := b.metric("felix_broker_frame_memory_bytes"); held > budget {
 		t.Fatalf("frame memory held %v, over the budget", held)
 	}
 	for _, r := range conns {
@@ -260,15 +264,17 @@ func TestFrameMemoryBoundsStalledFrames(t *testing.T) {
 	eventually(t, 10*time.Second, "frame budget released", func() bool { return b.metric("felix_broker_frame_memory_bytes") == 0 })
 }
 
-// TestFrameMemoryRefusalAnswersTheRequest: a frame that does not fit the
-// budget within the wait is read past and answered with Unavailable for
-// its own request id; the connection stays usable.
+// TestFrameMemoryRefusalAnswersTheRequest: a large frame that does not fit
+// the budget within the wait is read past and answered with Unavailable for
+// its own request id; a small frame takes from the small-frame pool and is
+// answered; the connection stays usable.
 func TestFrameMemoryRefusalAnswersTheRequest(t *testing.T) {
-	const frame = 64 << 10
+	const frame = 256 << 10
 	b := startBroker(t, Options{MaxFrameSize: frame, MaxFrameMemory: 1, FrameMemoryWait: 100 * time.Millisecond})
 	hog := dialRaw(t, b.addr)
 	hog.hello(0)
-	if _, err := hog.nc.Write(frameHeader(wire.MsgAppend, 1, frame-5)); err != nil {
+	// All but the body's last byte: the hog holds the whole budget.
+	if _, err := hog.nc.Write(append(frameHeader(wire.MsgAppend, 1, frame-5), make([]byte, frame-6)...)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "the hog's frame admitted", func() bool {
@@ -276,8 +282,7 @@ func TestFrameMemoryRefusalAnswersTheRequest(t *testing.T) {
 	})
 	r := dialRaw(t, b.addr)
 	r.hello(0)
-	desc := describeBody(t, "orders")
-	r.send(wire.MsgDescribe, 7, desc)
+	r.send(wire.MsgAppend, 7, make([]byte, 128<<10))
 	f := r.recv()
 	if e := decodeErr(t, f, 0); e.Code != wire.CodeUnavailable || f.ReqID != 7 {
 		t.Fatalf("frame over the budget: %v for request %d, want Unavailable for 7", e, f.ReqID)
@@ -285,10 +290,15 @@ func TestFrameMemoryRefusalAnswersTheRequest(t *testing.T) {
 	if n := b.metric("felix_broker_frame_memory_refusals_total"); n != 1 {
 		t.Fatalf("refusals counted %v, want 1", n)
 	}
-	_ = hog.nc.Close()
-	eventually(t, 5*time.Second, "the hog's frame released", func() bool { return b.metric("felix_broker_frame_memory_bytes") == 0 })
+	desc := describeBody(t, "orders")
 	r.send(wire.MsgDescribe, 8, desc)
 	if f := r.recv(); f.Type != wire.MsgDescribeOK || f.ReqID != 8 {
+		t.Fatalf("small frame while the budget is full: %v for %d", f.Type, f.ReqID)
+	}
+	_ = hog.nc.Close()
+	eventually(t, 5*time.Second, "the hog's frame released", func() bool { return b.metric("felix_broker_frame_memory_bytes") == 0 })
+	r.send(wire.MsgDescribe, 9, desc)
+	if f := r.recv(); f.Type != wire.MsgDescribeOK || f.ReqID != 9 {
 		t.Fatalf("after the budget freed: %v for %d", f.Type, f.ReqID)
 	}
 	eventually(t, 5*time.Second, "frame budget released", func() bool { return b.metric("felix_broker_frame_memory_bytes") == 0 })
@@ -339,7 +349,10 @@ func TestLookingNeverCreatesAShard(t *testing.T) {
 		}
 		got <- r
 	}()
-	time.Sleep(50 * time.Millisecond) // let the read start waiting (a late start passes too)
+	// Create the shard only once the read waits for its creation, so the
+	// wake-on-creation path is the one exercised.
+	ss := b.srv.shards.(*storeShards)
+	eventually(t, 5*time.Second, "follow read parked on the absent shard", func() bool { return ss.parkedReads() == 1 })
 	if _, err := c.Append(ctx, s, recs("first"), nil); err != nil {
 		t.Fatal(err)
 	}

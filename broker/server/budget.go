@@ -7,7 +7,8 @@ import (
 
 // budget is a byte budget: acquire blocks while the bytes held would exceed
 // the limit. Each connection has one for its accepted-but-unanswered bytes,
-// and the server one for the request frames of all connections together.
+// and the server ones for the frames of all connections together (client,
+// small-frame and replication pools, see readBody).
 type budget struct {
 	mu      sync.Mutex
 	limit   int64
@@ -86,5 +87,6 @@ func (b *budget) release(n int64) {
 // charge is what one request holds until its answer is written: bytes of
 // its connection's budget and of the server's frame budget.
 type charge struct {
-	conn, frame int64
+	conn  int64
+	frame frameHold
 }

@@ -243,69 +243,17 @@ func (c *conn) readLoop(br *bufio.Reader) {
 			c.readFailed(err)
 			return
 		}
-		held, ok := c.admit(br, h, buffered)
+		f, held, kept, ok := c.readBody(br, h, buffered)
 		if !ok {
 			return
 		}
-		if held < 0 {
+		if !kept {
 			continue // refused and answered; the body was read past
-		}
-		f, err := wire.ReadFrameBody(br, h)
-		if err != nil {
-			c.s.frames.release(held)
-			c.readFailed(err)
-			return
 		}
 		if !c.dispatch(f, held) {
 			return
 		}
 	}
-}
-
-// admit takes the frame's bytes from the server's frame budget before its
-// body is read, waiting up to FrameMemoryWait. It returns the bytes held,
-// or -1 for a frame it refused (its body read past without being kept and
-// the request answered with Unavailable); ok is false when the connection
-// must stop.
-func (c *conn) admit(br *bufio.Reader, h wire.FrameHeader, buffered bool) (held int64, ok bool) {
-	o := &c.s.opts
-	if n, ok := c.s.frames.tryAcquire(h.Size()); ok {
-		return n, true
-	}
-	ctx, cancel := context.WithTimeout(c.waitCtx, o.FrameMemoryWait)
-	n, err := c.s.frames.acquire(ctx, h.Size())
-	cancel()
-	if c.waitCtx.Err() != nil {
-		if err == nil {
-			c.s.frames.release(n)
-		}
-		return 0, false // draining, or the connection failed
-	}
-	// The wait counts against neither the frame's deadline nor the idle
-	// one: the body gets a whole FrameTimeout from now.
-	if !buffered && !c.setReadDeadline(time.Now().Add(o.FrameTimeout)) {
-		if err == nil {
-			c.s.frames.release(n)
-		}
-		return 0, false
-	}
-	if err == nil {
-		return n, true
-	}
-	o.Metrics.frameMemoryRefused()
-	c.log.V(1).Info("frame refused: frame memory budget full", "type", h.Type.String(), "bytes", h.Size())
-	if err := wire.DiscardFrameBody(br, h); err != nil {
-		c.readFailed(err)
-		return 0, false
-	}
-	if h.Type.ReservedReplication() {
-		return -1, true // not a request: the replication core sends again
-	}
-	c.reqWG.Add(1)
-	c.unanswered.Add(1)
-	c.fail(h.ReqID, opName(h.Type), time.Now(), charge{}, &wire.Error{Code: wire.CodeUnavailable,
-		Message: "the broker's frame memory is full (--max-frame-memory); nothing of the request was applied, retry later"})
-	return -1, true
 }
 
 // opName is the metrics label of a request type.
@@ -384,7 +332,7 @@ func (c *conn) writeLoop() {
 			}
 		}
 		c.budget.release(of.release.conn)
-		c.s.frames.release(of.release.frame)
+		of.release.frame.release()
 	}
 	if !broken {
 		_ = bw.Flush()

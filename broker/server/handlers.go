@@ -18,9 +18,9 @@ const readAnswerReserve = 64 << 10
 // dispatch handles one frame read after the handshake; frameHeld is what
 // the frame holds of the server's frame budget. It reports false when the
 // connection must stop reading.
-func (c *conn) dispatch(f wire.Frame, frameHeld int64) bool {
+func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 	if c.serveReplication(f) {
-		c.s.frames.release(frameHeld)
+		frameHeld.release()
 		return true
 	}
 	start := time.Now()
@@ -45,7 +45,7 @@ func (c *conn) dispatch(f wire.Frame, frameHeld int64) bool {
 	// requests hold the in-flight budget.
 	connHeld, err := c.budget.acquire(c.waitCtx, want)
 	if err != nil {
-		c.s.frames.release(frameHeld)
+		frameHeld.release()
 		return false
 	}
 	held := charge{conn: connHeld, frame: frameHeld}

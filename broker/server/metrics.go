@@ -13,28 +13,29 @@ import (
 // it on a registry the caller owns (never the global one). A nil *Metrics
 // records nothing.
 type Metrics struct {
-	appends        prometheus.Counter
-	appendRecords  prometheus.Counter
-	appendBytes    prometheus.Counter
-	appendLatency  prometheus.Histogram
-	syncFanIn      prometheus.Histogram
-	syncLatency    prometheus.Histogram
-	deletedRecords prometheus.Counter
-	deletedBytes   prometheus.Counter
-	requests       *prometheus.CounterVec
-	requestLatency *prometheus.HistogramVec
-	okRequests     map[string]prometheus.Counter  // requests{op, "ok"}, resolved once
-	opLatency      map[string]prometheus.Observer // requestLatency{op}, resolved once
-	connections    prometheus.Gauge
-	accepted       prometheus.Counter
-	dropped        *prometheus.CounterVec
-	frameMemory    prometheus.Gauge
-	frameRefused   prometheus.Counter
-	peerDropped    prometheus.Counter
-	shardsRefused  prometheus.Counter
-	storageFull    prometheus.Gauge
-	storageFree    prometheus.Gauge
-	fullRefusals   prometheus.Counter
+	appends          prometheus.Counter
+	appendRecords    prometheus.Counter
+	appendBytes      prometheus.Counter
+	appendLatency    prometheus.Histogram
+	syncFanIn        prometheus.Histogram
+	syncLatency      prometheus.Histogram
+	deletedRecords   prometheus.Counter
+	deletedBytes     prometheus.Counter
+	requests         *prometheus.CounterVec
+	requestLatency   *prometheus.HistogramVec
+	okRequests       map[string]prometheus.Counter  // requests{op, "ok"}, resolved once
+	opLatency        map[string]prometheus.Observer // requestLatency{op}, resolved once
+	connections      prometheus.Gauge
+	accepted         prometheus.Counter
+	dropped          *prometheus.CounterVec
+	frameMemory      prometheus.Gauge
+	framesIncomplete prometheus.Gauge
+	frameRefused     prometheus.Counter
+	peerDropped      prometheus.Counter
+	shardsRefused    prometheus.Counter
+	storageFull      prometheus.Gauge
+	storageFree      prometheus.Gauge
+	fullRefusals     prometheus.Counter
 }
 
 var (
@@ -75,7 +76,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_connections_dropped_total",
 			Help: "Connections the broker closed or refused for a protocol violation, a deadline or a connection limit, by reason."}, []string{"reason"}),
 		frameMemory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_frame_memory_bytes",
-			Help: "Bytes of request frames admitted against the frame memory budget (--max-frame-memory) and not yet answered."}),
+			Help: "Bytes of frames held against the frame memory budgets (--max-frame-memory, the small-frame pool, the replication pool) and not yet answered."}),
+		framesIncomplete: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_frames_in_progress",
+			Help: "Frames whose prefix was read and whose body is still arriving."}),
 		frameRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_frame_memory_refusals_total",
 			Help: "Frames refused because the frame memory budget stayed full for --frame-memory-wait."}),
 		peerDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_peer_sends_dropped_total",
@@ -96,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
 		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
-		m.frameMemory, m.frameRefused, m.peerDropped, m.shardsRefused,
+		m.frameMemory, m.framesIncomplete, m.frameRefused, m.peerDropped, m.shardsRefused,
 		m.storageFull, m.storageFree, m.fullRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -184,6 +187,13 @@ func (m *Metrics) frameMemoryMoved(delta int64) {
 		return
 	}
 	m.frameMemory.Add(float64(delta))
+}
+
+func (m *Metrics) framesInProgress(delta int) {
+	if m == nil {
+		return
+	}
+	m.framesIncomplete.Add(float64(delta))
 }
 
 func (m *Metrics) frameMemoryRefused() {

@@ -27,6 +27,8 @@ const (
 	DefaultMaxConnectionsPerAddress = 256
 	// DefaultMaxFrameMemory bounds the request frames of all connections.
 	DefaultMaxFrameMemory = 256 << 20
+	// DefaultMaxPeerFrameMemory bounds the replication frames being read.
+	DefaultMaxPeerFrameMemory = 64 << 20
 	// DefaultFrameMemoryWait is how long a frame waits for the budget.
 	DefaultFrameMemoryWait = 5 * time.Second
 	// DefaultPeerQueueFrames and DefaultPeerQueueBytes bound the frames
@@ -98,14 +100,23 @@ type Options struct {
 	// as connections dropped, reason too-many-from-address). Zero means
 	// DefaultMaxConnectionsPerAddress; negative: no bound.
 	MaxConnectionsPerAddress int
-	// MaxFrameMemory bounds the bytes of request frames all connections
-	// together hold, from the frame's header until its answer is written
-	// (replication frames until they are handed on). A frame is admitted
-	// against it before its body is read; one that does not fit waits up to
-	// FrameMemoryWait and is then read past without being kept and answered
-	// with Unavailable. Raised to MaxFrameSize plus the length field if
-	// lower. Zero means DefaultMaxFrameMemory.
+	// MaxFrameMemory bounds the bytes of client request frames all
+	// connections together hold, from the frame's first body bytes until
+	// its answer is written. A body is charged as it arrives (at most twice
+	// what arrived, at least 64 KiB), so a peer that announces a frame and
+	// stalls holds only what it sent. A charge that does not fit waits up to
+	// FrameMemoryWait; the frame is then read past without being kept and
+	// answered with Unavailable. Frames of at most 64 KiB that do not fit
+	// take from a separate 8 MiB pool instead, so small requests never wait
+	// on large ones. Raised to MaxFrameSize plus the length field if lower.
+	// Zero means DefaultMaxFrameMemory.
 	MaxFrameMemory int64
+	// MaxPeerFrameMemory is the same bound for replication frames (until
+	// they are handed on), kept apart so that clients can never stall
+	// replication; a replication frame that does not fit is dropped (the
+	// replication core sends again). Raised to MaxFrameSize plus the length
+	// field if lower. Zero means DefaultMaxPeerFrameMemory.
+	MaxPeerFrameMemory int64
 	// FrameMemoryWait is how long a frame waits for MaxFrameMemory; zero
 	// means DefaultFrameMemoryWait.
 	FrameMemoryWait time.Duration
@@ -172,6 +183,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxFrameMemory < 4+int64(o.MaxFrameSize) {
 		o.MaxFrameMemory = 4 + int64(o.MaxFrameSize)
+	}
+	if o.MaxPeerFrameMemory <= 0 {
+		o.MaxPeerFrameMemory = DefaultMaxPeerFrameMemory
+	}
+	if o.MaxPeerFrameMemory < 4+int64(o.MaxFrameSize) {
+		o.MaxPeerFrameMemory = 4 + int64(o.MaxFrameSize)
 	}
 	if o.FrameMemoryWait <= 0 {
 		o.FrameMemoryWait = DefaultFrameMemoryWait

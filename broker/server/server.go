@@ -31,9 +31,11 @@ type Server struct {
 	waitCtx     context.Context
 	waitCancel  context.CancelFunc
 
-	// frames is the budget of request frames of all connections
-	// (Options.MaxFrameMemory).
-	frames *budget
+	// frames is the budget of client frames of all connections
+	// (Options.MaxFrameMemory); smallFrames the pool small frames take
+	// from when frames is full; peerFrames the budget of replication
+	// frames (Options.MaxPeerFrameMemory). See readBody.
+	frames, smallFrames, peerFrames *budget
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -49,8 +51,11 @@ func New(shards Shards, opts Options) *Server {
 	opts = opts.withDefaults()
 	s := &Server{opts: opts, shards: shards, log: opts.Logger,
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perAddr: map[string]int{},
-		frames: newBudget(opts.MaxFrameMemory)}
-	s.frames.moved = opts.Metrics.frameMemoryMoved
+		frames: newBudget(opts.MaxFrameMemory), smallFrames: newBudget(smallFrameMemory),
+		peerFrames: newBudget(opts.MaxPeerFrameMemory)}
+	for _, b := range []*budget{s.frames, s.smallFrames, s.peerFrames} {
+		b.moved = opts.Metrics.frameMemoryMoved
+	}
 	s.storeCtx, s.storeCancel = context.WithCancel(context.Background())
 	s.waitCtx, s.waitCancel = context.WithCancel(s.storeCtx)
 	return s

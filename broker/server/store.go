@@ -98,6 +98,7 @@ type storeShards struct {
 	mu      sync.Mutex // serialises creations; guards count and created
 	count   int        // data logs in the store
 	created chan struct{}
+	parked  int // WaitCommitted calls waiting for a creation (tests observe it)
 }
 
 func (s *storeShards) DataLog(shard record.ShardID) (Log, error) {
@@ -207,10 +208,33 @@ func (a *absentLog) WaitCommitted(ctx context.Context, from uint64) error {
 		if l, ok := a.real(); ok {
 			return l.WaitCommitted(ctx, from)
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := a.s.waitCreated(ctx, ch); err != nil {
+			return err
 		}
 	}
+}
+
+// waitCreated waits for ch (from wait) or ctx, counted in parked.
+func (s *storeShards) waitCreated(ctx context.Context, ch <-chan struct{}) error {
+	s.mu.Lock()
+	s.parked++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.parked--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// parkedReads is how many reads wait for a log to be created.
+func (s *storeShards) parkedReads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parked
 }

@@ -120,7 +120,7 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.IntVar(&f.maxConnections, "max-connections", 0, "open protocol connections allowed (default 1024)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "disconnect a client that sends nothing for this long (0: never)")
 	fl.IntVar(&f.maxPerAddress, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "open protocol connections allowed from one remote IP address (0: no limit)")
-	fl.Int64Var(&f.maxFrameMemory, "max-frame-memory", server.DefaultMaxFrameMemory, "bytes of request frames all connections together may hold until answered; a frame is admitted before its body is read (at least --max-frame-size)")
+	fl.Int64Var(&f.maxFrameMemory, "max-frame-memory", server.DefaultMaxFrameMemory, "bytes of client request frames all connections together may hold until answered, charged as their bytes arrive (at least --max-frame-size); small frames and replication frames also have pools of their own")
 	fl.DurationVar(&f.frameMemoryWait, "frame-memory-wait", server.DefaultFrameMemoryWait, "how long a frame waits for --max-frame-memory before it is refused with Unavailable")
 	fl.Int64Var(&f.peerQueueBytes, "peer-queue-bytes", server.DefaultPeerQueueBytes, "bytes of replication frames that may wait to be written on one peer connection; more are dropped (and sent again by replication)")
 	fl.IntVar(&f.maxShards, "max-shards", server.DefaultMaxShards, "standalone: shards the broker creates on first append, at most (0: no limit)")
