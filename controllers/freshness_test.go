@@ -92,12 +92,13 @@ func TestCP1_WipedOldBuildFollowerNotFreshFromRenewals(t *testing.T) {
 	})
 }
 
-// TestCP1_ReportWithoutIDCountsFromFreshReport: missing on either side.
-// f2 is registered with a storage id, but the leader's report (an older
-// leader's) names none for it. A report written after f2's registration
-// is fresh at its current incarnation, so when the leader dies f2 is
-// promoted, counted under its registered id.
-func TestCP1_ReportWithoutIDCountsFromFreshReport(t *testing.T) {
+// TestCP1_ReportWithoutIDNeverCounts: f2 is registered with a storage id,
+// but the leader's report (an older leader's) names none for it. The
+// report's time is its write, which bounds the leader's view only from
+// above, so even a report written well after f2's registration does not
+// show the view was taken at f2's current incarnation: when the leader
+// dies the shard waits, naming f2 IDNotReported, and f2 is not counted.
+func TestCP1_ReportWithoutIDNeverCounts(t *testing.T) {
 	ns := namespace(t)
 	brokers := placed(t, ns, "nid", 3, 1, 3)
 	sh := getShard(t, ns, "s-0")
@@ -115,28 +116,65 @@ func TestCP1_ReportWithoutIDCountsFromFreshReport(t *testing.T) {
 		return s.Status.Report != nil && len(s.Status.Report.Followers) == 2, "not yet"
 	})
 	leader.stop()
-	eventually(t, 15*time.Second, "promotion of "+f2.name, func() (bool, string) {
+	waitingNaming(t, ns, f2.name+": IDNotReported")
+}
+
+// TestCP1_FrozenViewRefreshNotFresh: f2 is an older build without
+// storage ids. The leader's view, written while f2 ran at its previous
+// incarnation, says f2 is caught up; then the leader's view stops moving
+// (its shard loop stalls: nothing more is Set) while its report writer
+// keeps running with a one-second refresh. f2 loses its disk and
+// registers again; seconds pass, then the leader dies. A refresh that
+// re-wrote the frozen view would have given it a write time after f2's
+// registration, and f2 would have been promoted from a view of its old
+// copy; the writer writes a view once, so the shard waits, naming f2
+// IDMissingStale.
+func TestCP1_FrozenViewRefreshNotFresh(t *testing.T) {
+	ns := namespace(t)
+	brokers := placed(t, ns, "frz", 3, 1, 3)
+	sh := getShard(t, ns, "s-0")
+	leader := brokers[sh.Status.Assignment.Leader]
+	f1, f2 := brokers[sh.Spec.Replicas[1]], brokers[sh.Spec.Replicas[2]]
+	leader.stop()
+	leader.run(t, time.Second)
+	registerAsOldBuild(t, ns, f2)
+	leader.reports.Set("s-0", report(leader, 1, line(f1, f1.storageID, 40, false), line(f2, "", 100, true)))
+	eventually(t, 10*time.Second, "report stored", func() (bool, string) {
 		s := getShard(t, ns, "s-0")
-		msg := ""
-		if c := condition(s.Status.Conditions, felixv1.ConditionWaiting); c != nil {
-			msg = c.Reason + ": " + c.Message
-		}
-		return s.Status.Assignment.Epoch == 2, msg
+		return s.Status.Report != nil && len(s.Status.Report.Followers) == 2 && s.Status.Report.Followers[1].CaughtUp, "not yet"
 	})
-	a := getShard(t, ns, "s-0").Status.Assignment
-	if a.Leader != f2.name {
-		t.Fatalf("promoted %s; want %s (the only caught-up follower)", a.Leader, f2.name)
-	}
-	found := false
-	for _, c := range a.Counted {
-		if c.Name == f2.name {
-			found = true
-			if c.StorageID != f2.storageID {
-				t.Errorf("%s counted under %q; want its registered id %s", f2.name, c.StorageID, f2.storageID)
-			}
+	wipedAt := registerAsOldBuild(t, ns, f2)
+	eventually(t, 10*time.Second, "three refresh intervals after "+f2.name+" registered again", func() (bool, string) {
+		return time.Now().After(wipedAt.Add(3 * time.Second)), "not yet"
+	})
+	leader.stop()
+	eventually(t, 15*time.Second, "Waiting with "+f2.name+" IDMissingStale", func() (bool, string) {
+		s := getShard(t, ns, "s-0")
+		if a := s.Status.Assignment; a.Epoch != 1 {
+			t.Fatalf("promoted %s at epoch %d from a frozen view re-written after %s registered again; counted %+v",
+				a.Leader, a.Epoch, f2.name, a.Counted)
 		}
-	}
-	if !found {
-		t.Errorf("%s not counted: %+v", f2.name, a.Counted)
-	}
+		c := condition(s.Status.Conditions, felixv1.ConditionWaiting)
+		if c == nil {
+			return false, "no condition"
+		}
+		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, f2.name+": IDMissingStale"), c.Reason + ": " + c.Message
+	})
+}
+
+// waitingNaming waits until s-0 is Waiting with verdict in its message,
+// failing at once if it is promoted past epoch 1.
+func waitingNaming(t *testing.T, ns, verdict string) {
+	t.Helper()
+	eventually(t, 15*time.Second, "Waiting with "+verdict, func() (bool, string) {
+		s := getShard(t, ns, "s-0")
+		if a := s.Status.Assignment; a.Epoch != 1 {
+			t.Fatalf("promoted %s at epoch %d; want Waiting with %s; counted %+v", a.Leader, a.Epoch, verdict, a.Counted)
+		}
+		c := condition(s.Status.Conditions, felixv1.ConditionWaiting)
+		if c == nil {
+			return false, "no condition"
+		}
+		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, verdict), c.Reason + ": " + c.Message
+	})
 }

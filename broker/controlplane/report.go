@@ -21,9 +21,11 @@ import (
 // life does not depend on it: the leader's "current" Lease renewals vouch
 // for unchanged reports (docs/operator.md, "Report write rate") [CP-2];
 // the refresh keeps positions visible. A renewal never moves when the
-// view was taken, though (the write's time): a follower whose storage id
-// is missing on either side, registered after the last write, counts
-// only once the report is written again [CP-1].
+// report was taken (the write's time): a follower registered without a
+// storage id after the last write counts only once the report is written
+// again [CP-1]. A refresh writes only a view Set since the last write, so
+// a leader whose view stopped moving never re-writes it with a fresh
+// write time.
 const DefaultReportRefresh = 5 * time.Minute
 
 // ReportOptions bound a ReportWriter's write rate.
@@ -46,7 +48,10 @@ type ReportOptions struct {
 // follower answers a little behind the committed position at one pass and
 // level with it at the next, and writing every such flip would cost up to
 // the write cap in every busy leader. Every change is still written within
-// a heartbeat of being Set, as Current promises. Safe for concurrent use.
+// a heartbeat of being Set, as Current promises. A view is written at most
+// once: the time of its write is what the operator takes as when the
+// report was taken [CP-1], so a view that stopped moving is never given a
+// later one. Safe for concurrent use.
 type ReportWriter struct {
 	c       *Client
 	opts    ReportOptions
@@ -68,6 +73,10 @@ type reportState struct {
 	// report in caught-up flags alone (written once it has held for the
 	// writer's hold).
 	flipsOnly bool
+	// sets counts Set calls; writtenSets is sets when want was last
+	// written. Nothing is written while they are equal: a view written
+	// once is never written again with a later write time [CP-1].
+	sets, writtenSets uint64
 }
 
 // NewReportWriter returns a writer; call Run.
@@ -98,6 +107,7 @@ func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
 		w.shards[shard] = st
 	}
 	st.want = *rep.DeepCopy()
+	st.sets++
 	switch {
 	case st.written != nil && samePlacement(*st.written, rep):
 		st.dirtySince, st.flipsOnly = time.Time{}, false
@@ -115,6 +125,8 @@ func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
 
 // Invalidate forces the next pass to rewrite shard's report, for a leader
 // that sees a stored report that is not its own (another broker wrote it).
+// What is written is the next view Set, never the one written already
+// [CP-1].
 func (w *ReportWriter) Invalidate(shard string) {
 	w.mu.Lock()
 	if st, ok := w.shards[shard]; ok {
@@ -193,6 +205,12 @@ func (w *ReportWriter) due() []string {
 	hold := w.c.cfg.HeartbeatInterval / 2
 	for name, st := range w.shards {
 		switch {
+		case st.sets == st.writtenSets:
+			// [CP-1] This view is written already (or never Set, after
+			// Invalidate): re-writing it would give a view of the past a
+			// fresh write time, which the operator takes as when the
+			// report was taken. A leader whose shard loop stalls leaves
+			// its last write's time alone; the next Set is written.
 		case !st.dirtySince.IsZero() && st.flipsOnly && now.Sub(st.dirtySince) < hold:
 			// A caught-up flip that may yet flip back.
 		case !st.dirtySince.IsZero():
@@ -232,6 +250,7 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 		return
 	}
 	rep := *st.want.DeepCopy()
+	sets := st.sets
 	w.mu.Unlock()
 	rep.TakenAt = metav1.NewTime(now)
 
@@ -259,6 +278,7 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 		return
 	}
 	st.written, st.writtenAt = &rep, now
+	st.writtenSets = sets
 	if samePlacement(rep, st.want) {
 		st.dirtySince, st.flipsOnly = time.Time{}, false
 	}

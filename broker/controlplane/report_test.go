@@ -191,3 +191,35 @@ func TestID4_RenewBeforeRegisterRefused(t *testing.T) {
 		t.Fatalf("New with empty config: %v", err)
 	}
 }
+
+// TestCP1_RefreshWritesOnlyANewView: the periodic refresh re-writes a
+// shard's report only when the leader Set a view since the last write. A
+// leader whose view stopped moving (its shard loop stalled) leaves the
+// stored report with its old write time, which the operator takes as when
+// the report was taken: a follower that registered since must not count
+// from that old view [CP-1].
+func TestCP1_RefreshWritesOnlyANewView(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	w := testClient(t, clk).NewReportWriter(ReportOptions{Refresh: time.Minute})
+	w.Set("s-0", rep(1, felixv1.FollowerReport{Name: "c-1", CaughtUp: true}))
+	w.mu.Lock()
+	st := w.shards["s-0"]
+	written := st.want
+	st.written, st.writtenAt, st.dirtySince, st.writtenSets = &written, clk.Now(), time.Time{}, st.sets
+	w.mu.Unlock()
+	clk.Step(3 * time.Minute)
+	if due := w.due(); len(due) != 0 {
+		t.Fatalf("refresh of a view written already due = %v; want nothing until the next Set", due)
+	}
+	w.Set("s-0", rep(2, felixv1.FollowerReport{Name: "c-1", CaughtUp: true, Confirmed: 2}))
+	if due := w.due(); len(due) != 1 || due[0] != "s-0" {
+		t.Fatalf("refresh of a new view: due = %v, want s-0", due)
+	}
+	w.Invalidate("s-0")
+	w.mu.Lock()
+	w.shards["s-0"].writtenSets = w.shards["s-0"].sets
+	w.mu.Unlock()
+	if due := w.due(); len(due) != 0 {
+		t.Fatalf("invalidated, no view Set since the last write: due = %v; want the next Set's", due)
+	}
+}

@@ -125,19 +125,25 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 		b, registered := in.Brokers[n]
 		ln, inReport := lines[n]
 		c := Candidate{Broker: n, Confirmed: ln.confirmed}
-		both := ln.id != "" && b.StorageID != ""
-		idMatch := inReport && registered && both && ln.id == b.StorageID
-		// Missing on either side: the report names no id for it (an
-		// older leader, or one that never learned it), or its
-		// registration has none (an older build).
-		idMissing := inReport && registered && !both
+		idMatch := inReport && registered && ln.id != "" && ln.id == b.StorageID
+		// Missing means a broker without ids (the registry has none for
+		// it). A registered id the report does not name was never attested
+		// by the leader: that is no match, however fresh the report. The
+		// report's time is its write, which bounds the leader's view only
+		// from above, so "fresh at the follower's incarnation" cannot
+		// vouch for a copy the leader never named [CP-1]; the shard waits
+		// instead [CP-3].
+		idMissing := inReport && registered && b.StorageID == ""
+		unattested := inReport && registered && ln.id == "" && b.StorageID != ""
 		if in.Twin.DisableIDCheck && inReport && registered {
-			idMatch, idMissing = true, false
+			idMatch, idMissing, unattested = true, false, false
 		}
 		c.IDMatch = idMatch
-		// A missing id counts only from a fresh report whose view was
-		// taken at the broker's current incarnation, and never from a
-		// held one: a restart is the only sign it may have lost its log.
+		// A missing id counts only from a fresh report taken at the
+		// broker's current incarnation, and never from a held one: a
+		// restart is the only sign it may have lost its log. It counts
+		// under "" (the registry has no id for it), so the carry-over
+		// below never carries it into a later round.
 		missingFresh := idMissing && ageNow <= expiry && !viewAt.Before(b.RegisteredAt)
 		age := ageNow
 		if held {
@@ -147,20 +153,17 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 		case idMatch:
 			counted[n] = b.StorageID
 		case missingFresh:
-			// Under the registered id when there is one: ids change only
-			// at a start, so the copy the view saw is the one registered
-			// at this incarnation.
-			counted[n] = b.StorageID
+			counted[n] = ""
 		}
 		switch {
 		case !registered || b.State != Up:
 			c.Verdict = NotUp
 		case !inReport:
 			c.Verdict = NotInReport
+		case unattested:
+			c.Verdict = IDNotReported
 		case !idMatch && !idMissing:
 			c.Verdict = IDChanged
-		case idMissing && !missingFresh && b.StorageID != "":
-			c.Verdict = IDNotReported
 		case idMissing && !missingFresh:
 			c.Verdict = IDMissingStale
 		case idMatch && age > expiry:
@@ -175,7 +178,9 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 	// A replica whose registered id is still the one the current
 	// assignment counted has kept its copy since before this report (the
 	// report was taken by that assignment's leader, after it), so it may
-	// count too even when the report could not attest its id.
+	// count too even when the report could not attest its id. Only a
+	// non-empty id the assignment counted carries over: a missing-id
+	// count ("") holds for the report it came from alone [CP-1].
 	if rep.Epoch == a.Epoch && rep.Leader == a.Leader {
 		for n, id := range a.Counted {
 			if b, ok := in.Brokers[n]; ok && id != "" && b.StorageID == id {
@@ -211,7 +216,7 @@ func waitReason(cands []Candidate) Reason {
 		if c.Verdict != NotUp {
 			up++
 		}
-		if c.Verdict == ReportTooOld || c.Verdict == IDMissingStale || c.Verdict == IDNotReported {
+		if c.Verdict == ReportTooOld || c.Verdict == IDMissingStale {
 			tooOld++
 		}
 	}

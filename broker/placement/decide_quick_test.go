@@ -65,9 +65,9 @@ func (randomInput) Generate(r *rand.Rand, _ int) reflect.Value {
 // TestCP_DecisionProperties checks, over random inputs, what every
 // decision must respect: a promoted leader is an Up replica at its current
 // incarnation, the epoch is the next one, a promoted follower's reported id
-// is its registered id when both are present, and when either is missing
-// the report's view was taken at its current incarnation and the report
-// is fresh [CP-1], every counted id is the replica's registered id, a wait
+// is its registered id when both are present, never missing from the
+// report when registered, and when the registry has none the report was
+// taken at its current incarnation and is fresh [CP-1], every counted id is the replica's registered id, a wait
 // has a reason [CP-3], and the decision is deterministic.
 func TestCP_DecisionProperties(t *testing.T) {
 	f := func(ri randomInput) bool {
@@ -108,6 +108,10 @@ func TestCP_DecisionProperties(t *testing.T) {
 				}
 				if b.StorageID != "" && f.StorageID != "" && f.StorageID != b.StorageID {
 					t.Logf("promoted %s reported under %q, registered %q", d.Leader, f.StorageID, b.StorageID)
+					return false
+				}
+				if b.StorageID != "" && f.StorageID == "" {
+					t.Logf("promoted %s registered under %q, its report names no id", d.Leader, b.StorageID)
 					return false
 				}
 				vouched := rep.TakenAt

@@ -5,13 +5,14 @@ import (
 	"time"
 )
 
-// TestCP1_MissingOnEitherSideCountsFromFreshReport: a follower whose id is
-// missing on either side (the report names none, or its registration has
-// none) counts only from a report that is fresh and whose view was taken
-// at or after its current registration; it is then counted under its
-// registered id. A renewal that vouches for the report after the
-// registration does not make a view taken before it fresh.
-func TestCP1_MissingOnEitherSideCountsFromFreshReport(t *testing.T) {
+// TestCP1_MissingIDCountsOnlyForAnOlderBuild: a follower registered with
+// an id that the report does not name never counts, however fresh the
+// report: the report's time (its write) bounds the leader's view only from
+// above. A follower registered without an id (an older build) counts,
+// under "", only from a fresh report taken at or after its current
+// registration. A renewal that vouches for the report after the
+// registration does not make it taken after it.
+func TestCP1_MissingIDCountsOnlyForAnOlderBuild(t *testing.T) {
 	// b and c are the only caught-up followers; c's id changed, so only b
 	// can be promoted, and only when its line counts.
 	base := func() Input {
@@ -26,42 +27,46 @@ func TestCP1_MissingOnEitherSideCountsFromFreshReport(t *testing.T) {
 		wantVerdict Verdict
 		wantCounted string // b's counted id; "-" when b is not counted
 	}{
-		{"report names no id, registered before the view: counts under its registered id", func(in *Input) {
+		{"report names no id, written after the registration: never", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
 			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = t0.Add(-time.Minute) })
-		}, "b", Eligible, "B"},
-		{"report names no id, view taken at the registration instant: counts", func(in *Input) {
+		}, "", IDNotReported, "-"},
+		{"report names no id, written at the registration instant: never", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
 			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = t0 })
-		}, "b", Eligible, "B"},
-		{"report names no id, registered after the view: never", func(in *Input) {
+		}, "", IDNotReported, "-"},
+		{"report names no id, registered after the write: never", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
 			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = t0.Add(time.Second) })
 		}, "", IDNotReported, "-"},
-		{"report names no id, registered after the view, renewal vouched after the registration: never", func(in *Input) {
+		{"report names no id, renewal vouched after the registration: never", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
 			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = t0.Add(time.Second) })
 			in.Report.VouchedAt = t0.Add(2 * time.Second)
 		}, "", IDNotReported, "-"},
-		{"registration has no id, registered after the view, renewal vouched after the registration: never", func(in *Input) {
+		{"registration has no id, registered after the write, renewal vouched after the registration: never", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
 			setBroker(in, "b", func(b *Broker) { b.StorageID = ""; b.RegisteredAt = t0.Add(time.Second) })
 			in.Report.VouchedAt = t0.Add(2 * time.Second)
 		}, "", IDMissingStale, "-"},
-		{"registration has no id, report names one, registered before the view: counts under the registered (no) id", func(in *Input) {
+		{"registration has no id, registered before the write: counts under no id", func(in *Input) {
+			in.Report.Followers[0].StorageID = ""
 			setBroker(in, "b", func(b *Broker) { b.StorageID = ""; b.RegisteredAt = t0.Add(-time.Minute) })
 		}, "b", Eligible, ""},
-		{"report names no id, expired by now: never", func(in *Input) {
+		{"registration has no id, report names one, registered before the write: counts under no id", func(in *Input) {
+			setBroker(in, "b", func(b *Broker) { b.StorageID = ""; b.RegisteredAt = t0.Add(-time.Minute) })
+		}, "b", Eligible, ""},
+		{"registration has no id, expired by now: never", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
-			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = t0.Add(-time.Minute) })
+			setBroker(in, "b", func(b *Broker) { b.StorageID = ""; b.RegisteredAt = t0.Add(-time.Minute) })
 			in.Now = t0.Add(limit + time.Second)
-		}, "", IDNotReported, "-"},
-		{"report names no id, vouched for recently: still fresh past the write's expiry", func(in *Input) {
+		}, "", IDMissingStale, "-"},
+		{"registration has no id, vouched for recently: still fresh past the write's expiry", func(in *Input) {
 			in.Report.Followers[0].StorageID = ""
-			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = t0.Add(-time.Minute) })
+			setBroker(in, "b", func(b *Broker) { b.StorageID = ""; b.RegisteredAt = t0.Add(-time.Minute) })
 			in.Report.VouchedAt = t0.Add(limit)
 			in.Now = t0.Add(limit + time.Second)
-		}, "b", Eligible, "B"},
+		}, "b", Eligible, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +124,55 @@ func TestCP1_FreshnessIsTheViewsTimeNotTheRenewals(t *testing.T) {
 		case twin && (d.Action != Promote || d.Leader != "b"):
 			t.Fatalf("twin: got %v %q, want the wiped b promoted; candidates %+v", d.Action, d.Leader, d.Candidates)
 		}
+	}
+}
+
+// TestCP1_FrozenViewRefreshedAfterReregistration: the leader took its
+// view (b caught up, no id named for it) before b lost its disk; b
+// registers again at t0-2s under a new id B; the leader's periodic refresh
+// re-writes the frozen view at t0, after the registration. The write time
+// says nothing about when the view was taken, so b must not count, in this
+// round or, through the assignment, in the next.
+func TestCP1_FrozenViewRefreshedAfterReregistration(t *testing.T) {
+	in := world()
+	in.Report.Followers[0].StorageID = "" // the view predates b's id
+	setBroker(&in, "b", func(b *Broker) { b.StorageID = "B"; b.Incarnation = 7; b.RegisteredAt = t0.Add(-2 * time.Second) })
+	setBroker(&in, "c", func(b *Broker) { b.StorageID = "C2" })
+	in.Now = t0.Add(5 * time.Second)
+	d := Decide(in)
+	if d.Action != Wait || verdictOf(d, "b") != IDNotReported {
+		t.Fatalf("got %v %q (%v), b %v, want Wait with b IDNotReported; candidates %+v", d.Action, d.Leader, d.Reason, verdictOf(d, "b"), d.Candidates)
+	}
+	if id, ok := d.Counted["b"]; ok {
+		t.Fatalf("b counted under %q from a frozen view", id)
+	}
+	// The next round, after c's copy is back under its old id: b's line
+	// still names no id; nothing from the first round may count b.
+	setBroker(&in, "c", func(b *Broker) { b.StorageID = "C" })
+	d = Decide(in)
+	if d.Action != Promote || d.Leader != "c" {
+		t.Fatalf("got %v %q (%v), want c promoted; candidates %+v", d.Action, d.Leader, d.Reason, d.Candidates)
+	}
+	if id, ok := d.Counted["b"]; ok {
+		t.Fatalf("b counted under %q; want it left out of recovery and fence", id)
+	}
+}
+
+// TestCP1_MissingIDCountNotCarriedOver: an older-build follower counted
+// (under "") by the current assignment is not counted again from a later
+// report that is not fresh at its incarnation.
+func TestCP1_MissingIDCountNotCarriedOver(t *testing.T) {
+	in := world()
+	in.Report.Followers[0].StorageID = ""
+	in.Assignment.Counted = map[string]string{"a": "A", "b": "", "c": "C"}
+	setBroker(&in, "b", func(b *Broker) { b.StorageID = ""; b.Incarnation = 7; b.RegisteredAt = t0.Add(time.Second) })
+	in.Now = t0.Add(5 * time.Second)
+	d := Decide(in)
+	if d.Action != Promote || d.Leader != "c" {
+		t.Fatalf("got %v %q (%v), want c promoted; candidates %+v", d.Action, d.Leader, d.Reason, d.Candidates)
+	}
+	if id, ok := d.Counted["b"]; ok {
+		t.Fatalf("b counted under %q from a report taken before its incarnation", id)
 	}
 }
 

@@ -7,13 +7,16 @@
 //
 //   - [CP-1] Promote only a follower whose storage id in the leader's report
 //     equals the id it is registered with now. A different id never counts
-//     (it lost its directory since it was counted). A missing id on either
-//     side (the report names none for it, or its registration has none: an
-//     older build) counts only from a fresh report taken at the broker's
-//     current incarnation: the leader's view in the report was taken
-//     (Report.TakenAt) no earlier than the registration began
-//     (Broker.RegisteredAt). A renewal that vouches for an unchanged
-//     report (Report.VouchedAt) never makes it fresher at an incarnation.
+//     (it lost its directory since it was counted). A registered id the
+//     report does not name never counts either: the report's time (its
+//     write) bounds the leader's view only from above, so no report time
+//     can show the view was taken at the follower's current incarnation.
+//     A broker registered without an id (an older build) counts, under
+//     "", only from a fresh report taken at its current incarnation
+//     (Report.TakenAt no earlier than Broker.RegisteredAt); such a count
+//     is never carried into a later round. A renewal that vouches for an
+//     unchanged report (Report.VouchedAt) never makes it fresher at an
+//     incarnation.
 //   - [CP-2] A report expires ReportExpiry(nodeExpiry, heartbeat) = 2 x node
 //     expiry + 1 heartbeat after it was taken or last vouched for. While the report's leader is
 //     still the assigned leader, at the incarnation that made the report,
@@ -250,10 +253,8 @@ const (
 	// ReportTooOld: the report has expired for it [CP-2].
 	ReportTooOld
 	// IDNotReported: the broker has a registered id but the report names
-	// none for it (an older leader, or one that never learned it), and the
-	// report is not fresh or its view predates the broker's current
-	// incarnation [CP-1]. From a fresh report at its current incarnation
-	// such a follower counts, under its registered id.
+	// none for it (an older leader, or one that never learned it); it
+	// never counts, however fresh the report [CP-1].
 	IDNotReported
 )
 
