@@ -31,6 +31,16 @@ var (
 	_ fs.NodeOpendirHandler = (*node)(nil)
 )
 
+var _ fs.NodeWrapChilder = (*node)(nil)
+
+// WrapChild makes every node the loopback creates one of ours.
+func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if lb, ok := ops.(*fs.LoopbackNode); ok {
+		return &node{LoopbackNode: fs.LoopbackNode{RootData: lb.RootData}, pfs: n.pfs}
+	}
+	return ops
+}
+
 // openFlags drops the flags the backing file must not see: the kernel
 // already applied O_APPEND, O_DIRECT would need aligned buffers on the
 // backing side, the sync flags are ours to model, and O_TRUNC is

@@ -97,9 +97,6 @@ func Mount(mountpoint string, opts Options) (*FS, error) {
 		return nil, err
 	}
 	root := &fs.LoopbackRoot{Path: backing, Dev: uint64(sst.Dev)}
-	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
-		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, pfs: f}
-	}
 	rootNode := &node{LoopbackNode: fs.LoopbackNode{RootData: root}, pfs: f}
 	root.RootNode = rootNode
 	timeout := time.Second
