@@ -310,8 +310,8 @@ func applyFrame(db *badger.DB, kvs []frameEntry) error {
 
 // openCommitLog creates the directory and a fresh file numbered seq.
 func openCommitLog(dir string, seq uint64) (*commitLog, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("logstore: commit log dir: %w", err)
+	if err := mkdirDurable(dir); err != nil {
+		return nil, err
 	}
 	c := &commitLog{dir: dir}
 	c.durableCond = sync.NewCond(&c.mu)
@@ -657,6 +657,26 @@ func (c *commitLog) close() error {
 	}
 	c.spareMu.Unlock()
 	return err
+}
+
+// mkdirDurable creates dir (and missing parents) and syncs the parent of
+// each directory it created, so that the new names survive a power cut:
+// a directory's entry is durable only once its parent is synced.
+func mkdirDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirDurable(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("logstore: create dir: %w", err)
+	}
+	return syncDir(parent)
 }
 
 func syncDir(dir string) error {

@@ -112,6 +112,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.tune != nil {
 		opts.tune(&bo)
 	}
+	if err := mkdirDurable(opts.Dir); err != nil {
+		return nil, err
+	}
 	if err := removeEmptyLogFiles(opts.Dir, opts.Logger); err != nil {
 		return nil, err
 	}
@@ -121,6 +124,12 @@ func Open(opts Options) (*Store, error) {
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("logstore: open badger in %s: %w", opts.Dir, err)
+	}
+	// The files badger created at open (value log, MANIFEST, DISCARD)
+	// must have durable names before anything is acknowledged.
+	if err := syncDir(opts.Dir); err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	clDir := filepath.Join(opts.Dir, commitLogDir)
 	var replay replayState
