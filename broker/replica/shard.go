@@ -238,7 +238,8 @@ func (s *shard) apply(ev event) {
 // behind those of earlier Readies; the Ready is advanced when they are
 // durable. A Ready holding a reset is the exception: its commits follow
 // the reset, so it waits for the persister to finish everything before it
-// and is persisted and advanced here.
+// and is persisted and advanced here. A write refused for want of space
+// is not a failure: it is written again once space returns (space.go).
 func (s *shard) handle(rd replication.Ready) error {
 	for _, msg := range rd.Messages {
 		s.send(msg)
@@ -250,7 +251,14 @@ func (s *shard) handle(rd replication.Ready) error {
 				return err
 			}
 		}
-		if err := s.persist(rd.Writes); err != nil {
+		if err := s.persist(rd.Writes); isFull(err) {
+			// Refused for want of space: written again once space
+			// returns; this loop waits (resets are rare).
+			s.refuseWaiting(err)
+			if err := s.persistWhenRoom(rd.Writes); err != nil {
+				return err
+			}
+		} else if err != nil {
 			return err
 		}
 		if err := s.deliver(rd); err != nil {
