@@ -153,6 +153,12 @@ func TestFullDiskLeaderFenceWaitsForSpace(t *testing.T) {
 	if !errors.As(err, &we) || we.Code != wire.CodeStorageFull {
 		t.Fatalf("append to a leader whose fence is held: %v, want StorageFull", err)
 	}
+	// Hold long enough for more Readies than the persister takes at once.
+	st0, _ := a.mgr.Status(testShard)
+	eventually(t, "50 passes while held", 10*time.Second, func() bool {
+		st, _ := a.mgr.Status(testShard)
+		return st.Pass >= st0.Pass+50
+	})
 	if st, err := a.mgr.Status(testShard); err != nil || st.FenceCommitted {
 		t.Fatalf("leader short of space: status %+v, %v; want running, fence not committed", st, err)
 	}

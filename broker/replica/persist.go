@@ -164,6 +164,9 @@ func (s *shard) completeLoop(subs <-chan submitted, failed *atomic.Bool, stall c
 					failed.Store(true)
 				}
 			}
+			if len(held) > 0 {
+				s.holding.Store(false)
+			}
 			for _, h := range held {
 				s.answer(h.batch, ferr)
 			}
@@ -188,6 +191,7 @@ func (s *shard) completeLoop(subs <-chan submitted, failed *atomic.Bool, stall c
 		if ferr == nil && isFull(err) {
 			s.m.o.Logger.Info("store refused a write for want of space: holding the shard's writes until space returns",
 				"shard", s.id.String(), "err", err.Error())
+			s.holding.Store(true)
 			s.refuseWaiting(err)
 			held = append(held, sub)
 			select {
