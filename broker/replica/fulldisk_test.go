@@ -254,3 +254,29 @@ func TestFullDiskLeaderRefusedBatchIsNotFatal(t *testing.T) {
 		waitCaughtUp(t, c.nodes[replication.NodeID(n)], res.Tail)
 	}
 }
+
+// TestStatusReportsFailedReplica: a replica whose store fails for a reason
+// other than space stops, and Status says so with the store's error.
+func TestStatusReportsFailedReplica(t *testing.T) {
+	c := newCluster(t, logstore.FsyncOnCommit, "a", "b", "c")
+	c.ensure(replication.AckQuorum, "a", "b", "c")
+	c.assign(c.firstAssignment("a"))
+	a, b := c.nodes["a"], c.nodes["b"]
+	c.waitLeading(a)
+	if _, err := b.mgr.Status(testShard); err != nil {
+		t.Fatalf("healthy follower: %v", err)
+	}
+	if err := b.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cl := dial(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.Append(ctx, testShard, []record.Record{{Payload: []byte("x")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b reported failed", 10*time.Second, func() bool {
+		_, err := b.mgr.Status(testShard)
+		return errors.Is(err, record.ErrClosed)
+	})
+}
