@@ -282,12 +282,15 @@ func (s *Store) measureLocked() (uint64, error) {
 	return free, nil
 }
 
-// spaceMonitor measures every SpaceCheckInterval until Close.
-func (s *Store) spaceMonitor() {
+// spaceMonitor measures every SpaceCheckInterval until Close; first is
+// the error of the measure Open made (already logged).
+func (s *Store) spaceMonitor(first error) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.SpaceCheckInterval)
 	defer t.Stop()
-	var last string
+	// A failing check is logged when it starts failing and when the
+	// failure changes class (checkErrClass), not on every tick.
+	failing, last := first != nil, checkErrClass(first)
 	for {
 		select {
 		case <-s.done:
@@ -296,15 +299,28 @@ func (s *Store) spaceMonitor() {
 			err := s.CheckSpace()
 			switch {
 			case err == nil:
-				last = ""
+				if failing {
+					s.log.Info("free-space check succeeds again")
+				}
+				failing = false
 			case errors.Is(err, record.ErrClosed):
 				return
-			case err.Error() != last:
-				last = err.Error()
+			case !failing || checkErrClass(err) != last:
+				failing, last = true, checkErrClass(err)
 				s.log.Error(err, "free-space check")
 			}
 		}
 	}
+}
+
+// checkErrClass tells two failed free-space checks apart for logging: by
+// the system error number they carry (zero for none), never by their text.
+func checkErrClass(err error) syscall.Errno {
+	var errno syscall.Errno
+	if err != nil {
+		errors.As(err, &errno)
+	}
+	return errno
 }
 
 // rollBackLocked brings the store back to its last durable state after a

@@ -210,12 +210,13 @@ func Open(opts Options) (*Store, error) {
 	if s.cl != nil {
 		s.cl.roomForSpare, s.cl.writeAt = s.roomForSpare, opts.clWrite
 	}
-	if _, err := s.measureLocked(); err != nil {
-		s.log.Error(err, "free-space check")
+	_, merr := s.measureLocked()
+	if merr != nil {
+		s.log.Error(merr, "free-space check")
 	}
 	if opts.SpaceCheckInterval > 0 {
 		s.wg.Add(1)
-		go s.spaceMonitor()
+		go s.spaceMonitor(merr)
 	}
 	s.wg.Add(1)
 	go s.writer()

@@ -36,6 +36,19 @@
 // later truncation point. A Ready holding a reset is persisted in the loop
 // once everything before it is, since its commit follows the reset.
 //
+// A store write refused for want of space (record.ErrStorageFull: below
+// the free-space floor, or after ENOSPC) does not stop the replica, as
+// other store errors do. The persister holds the refused Ready and every
+// one behind it, unadvanced, so the core counts none of their records: a
+// follower answers no Append that needs them, a leader commits and
+// acknowledges none. The waiting client calls are refused with
+// StorageFull (not acknowledged; they may or may not survive). While it
+// holds, the loop drops the Appends it receives and takes Readies beyond
+// maxPersisting into an ordered queue, so nothing piles up. Once the
+// store takes writes again the held writes are written, in order,
+// skipping what an earlier attempt stored, and the Readies are advanced:
+// a follower answers, and the leader's next pass copies what it missed.
+//
 // A pass starts every Options.PassInterval (one core Tick); a client append
 // ships at once.
 //

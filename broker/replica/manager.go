@@ -165,13 +165,20 @@ func (m *Manager) SetKnownEpoch(id record.ShardID, epoch uint64) error {
 	return nil
 }
 
-// Status returns the last published status of shard's replica.
+// Status returns the last published status of shard's replica. For a
+// replica that stopped because its store failed it returns that status
+// with the failure (its shard answers Unavailable until RemoveShard and
+// EnsureShard start it again).
 func (m *Manager) Status(id record.ShardID) (replication.Status, error) {
 	s, err := m.shard(id)
 	if err != nil {
 		return replication.Status{}, err
 	}
-	return *s.status.Load(), nil
+	st := *s.status.Load()
+	if e := s.failed.Load(); e != nil {
+		return st, fmt.Errorf("replica: %s failed: %w", id, *e)
+	}
+	return st, nil
 }
 
 // RemoveShard stops shard's replica; its logs stay in the store. Client

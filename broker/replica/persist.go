@@ -18,7 +18,9 @@ const (
 )
 
 // persistDone is the persister's answer for one Ready: its Writes are
-// durable (err == nil), or the store failed and the shard must stop.
+// durable (err == nil), or the store failed and the shard must stop. A
+// refusal for want of space is not an answer: the persister holds the
+// Ready and writes it again once space returns (space.go).
 type persistDone struct {
 	rd  replication.Ready
 	err error
@@ -29,11 +31,14 @@ type waitFn = func(context.Context) error
 
 // submitted is a batch of Readies whose writes are queued in the store:
 // they are durable once every wait returns nil (err: the submission
-// itself failed).
+// itself failed). A submitted with barrier set carries no Readies: the
+// completer closes barrier once it has answered everything before it
+// (see persistLoop).
 type submitted struct {
-	batch []replication.Ready
-	waits []waitFn
-	err   error
+	batch   []replication.Ready
+	waits   []waitFn
+	err     error
+	barrier chan struct{}
 }
 
 // persistLoop makes the Writes of the Readies on s.toPersist durable, in
@@ -43,25 +48,54 @@ type submitted struct {
 // a completer goroutine answers each batch when its writes are durable.
 // Readies waiting together are submitted together (one store append for
 // consecutive appends to a log). A truncation or reset first waits for
-// every append queued before it. After a failure nothing more is
-// submitted. It closes done when s.toPersist is closed and everything
-// submitted is answered, or after a failure.
+// every append queued before it.
+//
+// When the store refuses a write for want of space, the completer tells
+// this loop (stall), which then submits nothing until the completer has
+// written again, synchronously and once space is back, every batch
+// submitted before (the barrier), so the store never sees a write ahead
+// of one it refused. After a failure nothing more is submitted. It closes
+// done when s.toPersist is closed and everything submitted is answered,
+// or after a failure.
 func (s *shard) persistLoop(done chan<- struct{}) {
 	defer close(done)
-	subs := make(chan submitted, maxPersisting) // never full: one per Ready at most
+	subs := make(chan submitted, maxPersisting+1) // never full: one per Ready at most, and one barrier
 	completed := make(chan struct{})
+	stall := make(chan struct{}, 1)
 	var failed atomic.Bool
-	go s.completeLoop(subs, &failed, completed)
+	go s.completeLoop(subs, &failed, stall, completed)
 	defer func() {
 		close(subs)
 		<-completed
 	}()
+	// barrier waits until the completer has answered every batch
+	// submitted so far; it reports false after a failure.
+	barrier := func() bool {
+		b := make(chan struct{})
+		subs <- submitted{barrier: b}
+		<-b
+		return !failed.Load()
+	}
 	// last holds, per log, the wait of the last append submitted: the
 	// store completes a log's appends in order, and fails every one queued
 	// behind a failed one, so it covers them all.
 	var last [len(record.LogKinds)]waitFn
 	var ws []replication.LogWrite
-	for rd := range s.toPersist {
+	for {
+		var rd replication.Ready
+		select {
+		case <-stall:
+			if !barrier() {
+				return
+			}
+			last = [len(record.LogKinds)]waitFn{}
+			continue
+		case r, ok := <-s.toPersist:
+			if !ok {
+				return
+			}
+			rd = r
+		}
 		batch := []replication.Ready{rd}
 		ws = append(ws[:0], rd.Writes...)
 	more:
@@ -77,6 +111,14 @@ func (s *shard) persistLoop(done chan<- struct{}) {
 				break more
 			}
 		}
+		select {
+		case <-stall:
+			if !barrier() {
+				return
+			}
+			last = [len(record.LogKinds)]waitFn{}
+		default:
+		}
 		if failed.Load() {
 			return
 		}
@@ -90,17 +132,52 @@ func (s *shard) persistLoop(done chan<- struct{}) {
 		}
 		subs <- sub
 		if sub.err != nil {
-			return
+			// The completer decides: a refusal for want of space is
+			// written again, anything else fails the shard.
+			if !barrier() {
+				return
+			}
+			last = [len(record.LogKinds)]waitFn{}
 		}
 	}
 }
 
 // completeLoop answers each submitted batch, in order, once its writes are
 // durable; after a failure it answers the rest with the failure.
-func (s *shard) completeLoop(subs <-chan submitted, failed *atomic.Bool, done chan<- struct{}) {
+//
+// A refusal for want of space starts a hold: the waiting client calls are
+// refused with StorageFull, persistLoop is told to stop submitting, and
+// the refused batch and every batch submitted behind it are held,
+// unanswered, until persistLoop's barrier arrives. Then, once every held
+// submission is settled, their writes are applied again in order when the
+// store takes writes (persistWhenRoom), and only then are their Readies
+// answered.
+func (s *shard) completeLoop(subs <-chan submitted, failed *atomic.Bool, stall chan<- struct{}, done chan<- struct{}) {
 	defer close(done)
 	var ferr error
+	var held []submitted
 	for sub := range subs {
+		if sub.barrier != nil {
+			if len(held) > 0 && ferr == nil {
+				ferr = s.rewrite(held)
+				if ferr != nil {
+					failed.Store(true)
+				}
+			}
+			if len(held) > 0 {
+				s.holding.Store(false)
+			}
+			for _, h := range held {
+				s.answer(h.batch, ferr)
+			}
+			held = nil
+			close(sub.barrier)
+			continue
+		}
+		if len(held) > 0 {
+			held = append(held, sub)
+			continue
+		}
 		err := ferr
 		if err == nil {
 			err = sub.err
@@ -111,14 +188,52 @@ func (s *shard) completeLoop(subs <-chan submitted, failed *atomic.Bool, done ch
 			}
 			err = w(s.m.ctx)
 		}
+		if ferr == nil && isFull(err) {
+			s.m.o.Logger.Info("store refused a write for want of space: holding the shard's writes until space returns",
+				"shard", s.id.String(), "err", err.Error())
+			s.holding.Store(true)
+			s.refuseWaiting(err)
+			held = append(held, sub)
+			select {
+			case stall <- struct{}{}:
+			default:
+			}
+			continue
+		}
 		if err != nil && ferr == nil {
 			ferr = err
 			failed.Store(true)
 		}
-		for _, rd := range sub.batch {
-			s.persisted <- persistDone{rd: rd, err: err} // never blocks: room for every Ready in flight
+		s.answer(sub.batch, err)
+	}
+}
+
+// answer hands the persister's answer for each Ready of batch to the run
+// goroutine.
+func (s *shard) answer(batch []replication.Ready, err error) {
+	for _, rd := range batch {
+		s.persisted <- persistDone{rd: rd, err: err} // never blocks: room for every Ready in flight
+	}
+}
+
+// rewrite writes the held batches again once their submissions are
+// settled and the store takes writes; nothing else is submitted
+// meanwhile.
+func (s *shard) rewrite(held []submitted) error {
+	for _, h := range held {
+		for _, w := range h.waits {
+			_ = w(s.m.ctx) // settled, whatever the outcome: the rewrite decides
 		}
 	}
+	var ws []replication.LogWrite
+	for _, h := range held {
+		ws = append(ws, writesOf(h.batch)...)
+	}
+	if err := s.persistWhenRoom(ws); err != nil {
+		return err
+	}
+	s.m.o.Logger.Info("storage space is back: the shard's held writes are durable", "shard", s.id.String())
+	return nil
 }
 
 // submitWrites queues writes in order: appends with Log.SubmitReplicated

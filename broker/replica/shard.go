@@ -75,6 +75,15 @@ type shard struct {
 	persisted  chan persistDone
 	persisting int
 
+	// holding is set while the persister holds writes the store refused
+	// for want of space (persist.go). Meanwhile the run goroutine drops
+	// the Appends it receives (a follower answers none of them anyway),
+	// and keeps taking Readies beyond maxPersisting into queued (in
+	// order, behind those in flight) so that the core's output does not
+	// pile up however long the hold lasts (queued: run goroutine only).
+	holding atomic.Bool
+	queued  []queuedReady
+
 	counters shipCounters // replication metrics, resolved once
 
 	status atomic.Pointer[replication.Status]
@@ -199,7 +208,7 @@ func (s *shard) run() {
 				break drain
 			}
 		}
-		for s.persisting < maxPersisting && s.core.HasReady() {
+		for (s.persisting < maxPersisting || s.holding.Load()) && s.core.HasReady() {
 			if err := s.handle(s.core.Ready()); err != nil {
 				fail(err)
 				return
@@ -214,6 +223,11 @@ func (s *shard) apply(ev event) {
 	c := s.core
 	switch ev.kind {
 	case evStep:
+		if ev.msg.Type == replication.MsgAppend && s.holding.Load() {
+			// Its records could not be written now; the leader asks
+			// again after a pass without answer.
+			return
+		}
 		c.Step(ev.msg)
 	case evPropose:
 		c.Propose(ev.prop)
@@ -238,19 +252,27 @@ func (s *shard) apply(ev event) {
 // behind those of earlier Readies; the Ready is advanced when they are
 // durable. A Ready holding a reset is the exception: its commits follow
 // the reset, so it waits for the persister to finish everything before it
-// and is persisted and advanced here.
+// and is persisted and advanced here. A write refused for want of space
+// is not a failure: it is written again once space returns (space.go).
 func (s *shard) handle(rd replication.Ready) error {
 	for _, msg := range rd.Messages {
 		s.send(msg)
 	}
 	s.cacheWrites(rd.Writes)
 	if hasReset(rd.Writes) {
-		for s.persisting > 0 {
+		for s.persisting > 0 || len(s.queued) > 0 {
 			if err := s.advance(<-s.persisted); err != nil {
 				return err
 			}
 		}
-		if err := s.persist(rd.Writes); err != nil {
+		if err := s.persist(rd.Writes); isFull(err) {
+			// Refused for want of space: written again once space
+			// returns; this loop waits (resets are rare).
+			s.refuseWaiting(err)
+			if err := s.persistWhenRoom(rd.Writes); err != nil {
+				return err
+			}
+		} else if err != nil {
 			return err
 		}
 		if err := s.deliver(rd); err != nil {
@@ -262,6 +284,10 @@ func (s *shard) handle(rd replication.Ready) error {
 	if err := s.deliver(rd); err != nil {
 		return err
 	}
+	if len(s.queued) > 0 || s.persisting >= maxPersisting {
+		s.enqueue(rd)
+		return nil
+	}
 	if len(rd.Writes) == 0 && s.persisting == 0 {
 		s.core.Advance(rd)
 		return nil
@@ -269,6 +295,51 @@ func (s *shard) handle(rd replication.Ready) error {
 	s.persisting++
 	s.toPersist <- rd // never blocks: at most maxPersisting are out
 	return nil
+}
+
+// queuedReady is a Ready taken while the persister was full (only during a
+// hold): its Writes, or, for Readies without writes, how many of them in
+// a row (Advance takes only the order of the Readies; their messages,
+// commits and acks are already carried out).
+type queuedReady struct {
+	writes []replication.LogWrite
+	empty  int
+}
+
+// enqueue queues rd behind the Readies in flight and queued before it.
+func (s *shard) enqueue(rd replication.Ready) {
+	if len(rd.Writes) == 0 {
+		if n := len(s.queued); n > 0 && s.queued[n-1].empty > 0 {
+			s.queued[n-1].empty++
+			return
+		}
+		s.queued = append(s.queued, queuedReady{empty: 1})
+		return
+	}
+	s.queued = append(s.queued, queuedReady{writes: rd.Writes})
+}
+
+// pump moves queued Readies on, in order: to the persister while it has
+// room, and those without writes to Advance once nothing is in flight
+// before them.
+func (s *shard) pump() {
+	for len(s.queued) > 0 {
+		q := &s.queued[0]
+		switch {
+		case q.empty > 0 && s.persisting == 0:
+			for ; q.empty > 0; q.empty-- {
+				s.core.Advance(replication.Ready{})
+			}
+		case q.empty == 0 && s.persisting < maxPersisting:
+			s.persisting++
+			s.toPersist <- replication.Ready{Writes: q.writes}
+		default:
+			return
+		}
+		s.queued[0] = queuedReady{}
+		s.queued = s.queued[1:]
+	}
+	s.queued = nil
 }
 
 // deliver applies a Ready's commits, completes the client calls its acks
@@ -295,6 +366,7 @@ func (s *shard) advance(d persistDone) error {
 		return d.err
 	}
 	s.core.Advance(d.rd)
+	s.pump()
 	return nil
 }
 
