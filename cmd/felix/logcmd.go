@@ -129,14 +129,17 @@ const exitDamaged = 4
 func newLogRepairCmd() *cobra.Command {
 	var sel logSel
 	var at uint64
-	var atSet, yes bool
+	var atSet, yes, force bool
 	cmd := &cobra.Command{
 		Use:   "repair --data-dir DIR --stream S --shard N --truncate-at OFFSET --yes",
 		Short: "Explicitly truncate a damaged log, giving up its records from OFFSET on",
 		Long: `repair truncates one log at OFFSET: every record from OFFSET on is deleted,
 acknowledged or not, whatever the committed mark, and the log serves again
 from its start to OFFSET. OFFSET must be at or below the first damaged offset
-felix log inspect reports. It also deletes the directory's storage-id, so the
+felix log inspect reports, and above the trim record that set the log's floor
+(a cut at or below it would read records below an acknowledged trim again;
+such a log can only be reset). A log without damage is refused unless
+--force is given. It also deletes the directory's storage-id, so the
 broker's next start makes a new id [ID-3]: in a cluster its leaders then copy
 the shard again instead of counting what this directory no longer holds.
 Nothing happens without --yes.`,
@@ -172,13 +175,17 @@ Nothing happens without --yes.`,
 			if err != nil {
 				return err
 			}
+			opts := logstore.RepairOptions{Force: force}
+			if err := l.CheckRepair(at, opts); err != nil {
+				return fmt.Errorf("repair refused, nothing changed: %w", err)
+			}
 			before := l.Describe()
 			// The claim goes first: a crash after it costs a copy, never a
 			// directory counted as holding what the repair removes.
 			if err := d.ForgetStorageID(); err != nil {
 				return err
 			}
-			if err := l.Repair(at); err != nil {
+			if err := l.Repair(at, opts); err != nil {
 				return err
 			}
 			after := l.Describe()
@@ -189,6 +196,7 @@ Nothing happens without --yes.`,
 	sel.flags(cmd)
 	cmd.Flags().Uint64Var(&at, "truncate-at", 0, "first offset to delete (required)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "really delete the records")
+	cmd.Flags().BoolVar(&force, "force", false, "truncate even though no damage is recorded or found")
 	return cmd
 }
 

@@ -94,6 +94,20 @@ func TestLogInspectAndRepairCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"damaged":false`) || !strings.Contains(out, `"tail":2`) {
 		t.Fatalf("inspect after repair: %v\n%s", err, out)
 	}
+	// No damage left: repair is refused without --force, before the
+	// storage-id goes.
+	if err := os.WriteFile(filepath.Join(dataDir, datadir.StorageIDFile), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runFelix(t, "log", "repair", "--data-dir", dataDir, "--stream", "orders", "--shard", "1", "--truncate-at", "1", "--yes"); !errors.Is(err, logstore.ErrNotDamaged) {
+		t.Fatalf("repair of an undamaged log: %v, want ErrNotDamaged", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, datadir.StorageIDFile)); err != nil {
+		t.Fatalf("storage-id after a refused repair: %v", err)
+	}
+	if out, err := runFelix(t, "log", "repair", "--data-dir", dataDir, "--stream", "orders", "--shard", "1", "--truncate-at", "1", "--yes", "--force"); err != nil || !strings.Contains(out, `"tail":1`) {
+		t.Fatalf("forced repair: %v\n%s", err, out)
+	}
 }
 
 func flipFile(t *testing.T, dir string, marker []byte) {
