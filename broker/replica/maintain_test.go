@@ -350,7 +350,7 @@ func TestTR7_SetLogPolicy(t *testing.T) {
 // unfences it (alone, or together with retention on, the way around
 // "retention stays off" under a running holder) is refused, the log stays
 // fenced with retention off, and maintenance deletes nothing by age or
-// size. An empty fenced log may still be unfenced.
+// size. An empty fenced log stays fenced too.
 func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 	ret := logstore.RetentionPolicy{MaxBytes: 1}
 	for _, tc := range []struct {
@@ -399,7 +399,9 @@ func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 			}
 		})
 	}
-	t.Run("empty log may be unfenced", func(t *testing.T) {
+	t.Run("empty log stays fenced", func(t *testing.T) {
+		// A replica whose fenced log is empty (newly added, or emptied
+		// after damage) refuses to unfence like the others [TR-7].
 		c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
 			c.maintain, c.metrics = -1, true
 		}, "a")
@@ -407,13 +409,15 @@ func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 		if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []LogPolicy{{Fenced: true}, {Retention: ret}} {
-			if err := n.mgr.SetLogPolicy(testShard, p); err != nil {
-				t.Fatalf("SetLogPolicy %+v: %v", p, err)
-			}
+		if err := n.mgr.SetLogPolicy(testShard, LogPolicy{Fenced: true}); err != nil {
+			t.Fatal(err)
 		}
-		if info := dataLogOf(t, n).Describe(); info.Fenced || info.Retention != ret {
-			t.Fatalf("fenced=%t retention=%+v, want unfenced with %+v", info.Fenced, info.Retention, ret)
+		err := n.mgr.SetLogPolicy(testShard, LogPolicy{Retention: ret})
+		if !errors.Is(err, ErrUnfenceWithRecords) || !errors.Is(err, ErrRetentionOnFencedStream) {
+			t.Fatalf("unfence an empty fenced log with retention: %v", err)
+		}
+		if info := dataLogOf(t, n).Describe(); !info.Fenced || info.Retention.Enabled() {
+			t.Fatalf("fenced=%t retention=%+v, want fenced with retention off", info.Fenced, info.Retention)
 		}
 	})
 }
