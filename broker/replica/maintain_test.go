@@ -312,7 +312,8 @@ func TestTR7_SetLogPolicy(t *testing.T) {
 		{name: "fenced with retention is refused", steps: []LogPolicy{{Fenced: true, Retention: ret}},
 			wantFenced: true, wantRefused: 1, wantErr: logstore.ErrRetentionOnFencedStream},
 		{name: "retention then fenced", steps: []LogPolicy{{Retention: ret}, {Fenced: true}}, wantFenced: true},
-		{name: "fenced then retention", steps: []LogPolicy{{Fenced: true}, {Retention: ret}}, wantRet: ret},
+		{name: "fenced then unfenced with retention is refused", steps: []LogPolicy{{Fenced: true}, {Retention: ret}},
+			wantFenced: true, wantRefused: 1, wantErr: ErrUnfenceWithRecords}, // [FD-4]: a fenced log stays fenced
 		{name: "retention then refused", steps: []LogPolicy{{Retention: ret}, {Fenced: true, Retention: ret}},
 			wantFenced: true, wantRefused: 1, wantErr: ErrRetentionOnFencedStream},
 		{name: "off again", steps: []LogPolicy{{Retention: ret}, {}}},
