@@ -147,29 +147,37 @@ func (s *Store) Damaged() []*record.CorruptError {
 	return out
 }
 
+// RepairOptions are the operator's choices for Repair.
+type RepairOptions struct {
+	// Force truncates a log that has no recorded damage (none found on
+	// open, none found by reading every batch). Without it such a repair
+	// is refused with ErrNotDamaged.
+	Force bool
+}
+
 // Repair explicitly truncates a damaged log at off (an operator's
 // decision: the records from off on are given up), whatever the committed
 // mark, and clears its damage. off must be at or below the first damaged
 // offset (found on open, or by reading every batch first), at or above
-// the log's start, and at a batch boundary or inside
-// a batch that reads. The truncation is synced before Repair returns.
-func (l *Log) Repair(off uint64) error {
-	found, err := l.Verify() // damage in the middle is found only by reading
+// the log's start, and at a batch boundary or inside a batch that reads.
+// The truncation is synced before Repair returns.
+//
+// A log without damage is refused with an error wrapping ErrNotDamaged
+// unless opts.Force. The floor and its trim tag never move down [TR-2]: a
+// cut at or below the committed trim record that set the floor, which
+// would read records below an acknowledged trim again, is refused with an
+// error wrapping ErrRepairLowersFloor, before anything is changed (such a
+// log can only be reset: in a cluster, by the storage-id rotation).
+func (l *Log) Repair(off uint64, opts RepairOptions) error {
+	found, stored, err := l.repairFacts()
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	d := l.damage
-	if d == nil {
-		d = found
-	}
-	if d != nil && off > d.Offset {
+	d, err := l.checkRepairLocked(off, opts, found, stored)
+	if err != nil {
 		l.mu.Unlock()
-		return fmt.Errorf("logstore: repair %s at %d: the damage starts at %d: %w", l.id, off, d.Offset, ErrBadRecord)
-	}
-	if off < l.start {
-		l.mu.Unlock()
-		return fmt.Errorf("logstore: repair %s at %d: the log starts at %d: %w", l.id, off, l.start, ErrBadRecord)
+		return err
 	}
 	if d != nil {
 		// TruncateFrom deletes every stored key from off on; the damaged
@@ -195,8 +203,110 @@ func (l *Log) Repair(off uint64) error {
 	if err := l.persistMeta(true); err != nil {
 		return err
 	}
-	l.s.log.Info("repaired log: truncated at the operator's request", "log", l.id.String(), "at", off)
+	l.s.log.Info("repaired log: truncated at the operator's request", "log", l.id.String(), "at", off, "forced", opts.Force)
 	return nil
+}
+
+// CheckRepair returns the error Repair(off, opts) would refuse with, or
+// nil, changing nothing: a caller runs it before steps that must not
+// happen for a repair that is refused.
+func (l *Log) CheckRepair(off uint64, opts RepairOptions) error {
+	found, stored, err := l.repairFacts()
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err = l.checkRepairLocked(off, opts, found, stored)
+	return err
+}
+
+// repairFacts reads what a repair is judged on: the first damage found by
+// reading every batch, and the stored trim index entries.
+func (l *Log) repairFacts() (*record.CorruptError, []trimEntry, error) {
+	found, err := l.Verify() // damage in the middle is found only by reading
+	if err != nil {
+		return nil, nil, err
+	}
+	stored, err := l.storedTrimEntries()
+	if err != nil {
+		return nil, nil, fmt.Errorf("logstore: repair %s: read trim index: %w", l.id, err)
+	}
+	return found, stored, nil
+}
+
+// checkRepairLocked applies Repair's refusals and returns the damage the
+// repair clears (nil if forced on an undamaged log). Caller holds l.mu.
+func (l *Log) checkRepairLocked(off uint64, opts RepairOptions, found *record.CorruptError, stored []trimEntry) (*record.CorruptError, error) {
+	d := l.damage
+	if d == nil {
+		d = found
+	}
+	if d == nil && !opts.Force {
+		return nil, fmt.Errorf("logstore: repair %s at %d: no damage recorded or found (force to truncate anyway): %w", l.id, off, ErrNotDamaged)
+	}
+	if d != nil && off > d.Offset {
+		return nil, fmt.Errorf("logstore: repair %s at %d: the damage starts at %d: %w", l.id, off, d.Offset, ErrBadRecord)
+	}
+	if off < l.start {
+		return nil, fmt.Errorf("logstore: repair %s at %d: the log starts at %d: %w", l.id, off, l.start, ErrBadRecord)
+	}
+	if t, lowers := l.repairLowersFloorLocked(off, stored); lowers {
+		return nil, fmt.Errorf("logstore: repair %s at %d: the trim record at %d set the floor to %d; a cut at or below it would read records below an acknowledged trim again: %w",
+			l.id, off, t.Offset, t.Floor, ErrRepairLowersFloor)
+	}
+	return d, nil
+}
+
+// repairLowersFloorLocked reports whether truncating at off would lower
+// the log's floor or drop its tag, and the trim record that set the floor. It looks at the committed trims of the
+// in-memory index and of the stored one (stored: every intact entry, the
+// index may be unbuilt when open met damage). Caller holds l.mu.
+func (l *Log) repairLowersFloorLocked(off uint64, stored []trimEntry) (trimEntry, bool) {
+	var best trimEntry // the first committed trim with the highest floor
+	consider := func(t trimEntry) {
+		if t.Offset < l.committed && (t.Floor > best.Floor || (t.Floor == best.Floor && t.Offset < best.Offset)) {
+			best = t
+		}
+	}
+	for _, t := range l.trims {
+		consider(t)
+	}
+	for _, t := range stored {
+		consider(t)
+	}
+	if l.floorTrim != nil {
+		consider(*l.floorTrim)
+	}
+	// A floor above the base was set by best; cutting at or below it
+	// would lower the floor, or drop the tag a read below the start
+	// returns (read.go), once the trim index is rebuilt.
+	return best, best.Floor > l.base && off <= best.Offset
+}
+
+// storedTrimEntries returns every intact entry of the log's stored trim
+// index, complete or not.
+func (l *Log) storedTrimEntries() ([]trimEntry, error) {
+	if err := l.s.enter(); err != nil {
+		return nil, err
+	}
+	defer l.s.leave()
+	var out []trimEntry
+	err := l.s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(prefixTrim, l.num)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if t, err := decodeTrimEntry(v); err == nil {
+				out = append(out, t)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Verify reads every stored batch of the log and returns the first damage

@@ -140,10 +140,10 @@ func TestCorruptNewestBatchAfterCleanStopIsDamageNotATornTail(t *testing.T) {
 
 			// The explicit repair truncates at the damage; the log serves
 			// again, and the next open finds nothing.
-			if err := a.Repair(newest + 1); !errors.Is(err, ErrBadRecord) {
+			if err := a.Repair(newest+1, RepairOptions{}); !errors.Is(err, ErrBadRecord) {
 				t.Fatalf("repair above the damage: %v", err)
 			}
-			if err := a.Repair(newest); err != nil {
+			if err := a.Repair(newest, RepairOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := a.Describe(); got.Tail != newest || got.Damaged {
@@ -255,7 +255,7 @@ func TestRepairKeepsTheFloorBelowTheCut(t *testing.T) {
 	if d := a.Damage(); d == nil || d.Offset != 11 {
 		t.Fatalf("damage %v, want at 11", d)
 	}
-	if err := a.Repair(11); err != nil {
+	if err := a.Repair(11, RepairOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := a.Describe(); got.Floor != 5 || got.Tail != 11 {
@@ -274,4 +274,57 @@ func TestRepairKeepsTheFloorBelowTheCut(t *testing.T) {
 func readErr(l *Log, from uint64) error {
 	_, err := l.Read(from, ReadOptions{WithTrimTag: true})
 	return err
+}
+
+// A repair never lowers the floor nor drops its tag [TR-2]: a cut at or
+// below the trim record that set the floor is refused, and a log without
+// damage is repaired only when forced.
+func TestTR2_RepairNeverLowersTheFloor(t *testing.T) {
+	o := Options{Dir: t.TempDir(), Fsync: FsyncOnCommit, CommitLogValues: true, ValueThreshold: 64, AutoCommit: true, Logger: testr.New(t)}
+	s := openTest(t, o)
+	a := mustLog(t, s, testLog)
+	for i := 0; i < 10; i++ {
+		mustAppend(t, a, data(fmt.Sprintf("%0200d", i)), nil)
+	}
+	mustTrim(t, a, TrimRequest{Floor: 8, ExpectTail: 10, Headers: epochHeader("2")}) // trim record at 10
+	mustAppend(t, a, data("x"), nil)
+	mustAppend(t, a, data("newest-of-orders-"+strings.Repeat("w", 200)), nil) // 12
+
+	if err := a.Repair(11, RepairOptions{}); !errors.Is(err, ErrNotDamaged) {
+		t.Fatalf("repair of an undamaged log: %v, want ErrNotDamaged", err)
+	}
+	for _, at := range []uint64{8, 10} {
+		if err := a.Repair(at, RepairOptions{Force: true}); !errors.Is(err, ErrRepairLowersFloor) {
+			t.Fatalf("forced repair at %d, at or below the trim at 10: %v, want ErrRepairLowersFloor", at, err)
+		}
+	}
+	if got := a.Describe(); got.Floor != 8 || got.Tail != 13 {
+		t.Fatalf("after refused repairs: %+v", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Damage at 12: the cut may go to 11, never to 10 or below.
+	flipInFiles(t, o.Dir, []byte("newest-of-orders-"))
+	o.LastRun = LastRunComplete
+	s = openTest(t, o)
+	a = mustLog(t, s, testLog)
+	if d := a.Damage(); d == nil || d.Offset != 12 {
+		t.Fatalf("damage %v, want at 12", d)
+	}
+	if err := a.Repair(10, RepairOptions{}); !errors.Is(err, ErrRepairLowersFloor) {
+		t.Fatalf("repair at the trim record: %v, want ErrRepairLowersFloor", err)
+	}
+	if err := a.Repair(11, RepairOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s)
+	a = mustLog(t, s, testLog)
+	if got := a.Describe(); got.Floor != 8 || got.Tail != 11 || got.Damaged {
+		t.Fatalf("after repair and reopen: %+v", got)
+	}
+	if err := wantTooOld(t, readErr(a, 2)); headerValue(err.TrimHeaders, "epoch") != "2" {
+		t.Fatalf("a read below the trim: %+v", err)
+	}
 }

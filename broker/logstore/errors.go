@@ -32,3 +32,12 @@ var ErrBadRecord = errors.New("bad record")
 // ErrBaseMismatch is returned by CreateLog for an existing log created with
 // a different base.
 var ErrBaseMismatch = errors.New("log exists with a different base")
+
+// ErrNotDamaged refuses Repair of a log with no recorded damage, unless
+// RepairOptions.Force.
+var ErrNotDamaged = errors.New("log is not damaged")
+
+// ErrRepairLowersFloor refuses Repair at or below the trim record that set
+// the log's floor: the floor would move down and records below an
+// acknowledged trim would read again [TR-2].
+var ErrRepairLowersFloor = errors.New("repair would lower the floor")

@@ -193,22 +193,26 @@ type LogPolicy struct {
 var ErrRetentionOnFencedStream = fmt.Errorf("replica: %w", logstore.ErrRetentionOnFencedStream)
 
 // ErrUnfenceWithRecords refuses a LogPolicy that unfences a fenced data
-// log holding records [FD-4]: a holder may be running on it, and
-// unfencing is the way to turning retention on under it.
-var ErrUnfenceWithRecords = errors.New("replica: a fenced log that holds records stays fenced")
+// log, empty or not [FD-4]: a holder may be running on the stream, and
+// unfencing is the way to turning retention on under it. (The name is
+// kept from when only a log holding records stayed fenced.)
+var ErrUnfenceWithRecords = errors.New("replica: a fenced log stays fenced")
 
 // SetLogPolicy applies p to the data log of shard (EnsureShard first). It
 // changes only what differs from the log's stored settings (each change is
 // persisted and synced), in the order the store accepts: retention off
 // before fencing, unfencing before retention on.
 //
-// A policy that unfences a fenced log holding records (its tail above its
-// base, trims included) is refused [FD-4]: the log stays fenced, the
-// refusal is logged and an error wrapping ErrUnfenceWithRecords is
-// returned; the rest of p is applied to a fenced log (so its retention is
-// refused as below). The API fixes `fenced` at creation; this keeps a
-// spec from before that rule, or a stream recreated under the same name,
-// from turning retention on under a running holder.
+// A policy that unfences a fenced log is refused [FD-4], whatever the log
+// holds: a log that was ever fenced stays fenced (the bit is in its
+// persisted meta, and ResetAt keeps it). The refusal is logged and an
+// error wrapping ErrUnfenceWithRecords is returned; the rest of p is
+// applied to a fenced log (so its retention is refused as below). The API
+// fixes `fenced` at creation; this keeps a spec from before that rule, or
+// a stream recreated under the same name, from turning retention on under
+// a running holder, on every replica alike: one whose log is empty (newly
+// added, or emptied after damage) would otherwise take retention, keep it
+// once copied, and could lead with it [TR-7].
 //
 // A policy that is fenced and has retention is refused (the API refuses it
 // too; retention can delete the write that fences a stale writer): the
@@ -223,8 +227,8 @@ func (m *Manager) SetLogPolicy(id record.ShardID, p LogPolicy) error {
 	lg := s.logs[record.LogData]
 	cur := lg.Describe()
 	var refused error
-	if cur.Fenced && !p.Fenced && cur.Tail > cur.Base {
-		refused = fmt.Errorf("%s: unfence a log with records (base %d, tail %d): %w", id, cur.Base, cur.Tail, ErrUnfenceWithRecords)
+	if cur.Fenced && !p.Fenced {
+		refused = fmt.Errorf("%s: unfence a fenced log (base %d, tail %d): %w", id, cur.Base, cur.Tail, ErrUnfenceWithRecords)
 		m.o.Logger.Error(refused, "unfencing refused; the stream stays fenced", "shard", id.String())
 		p.Fenced = true
 	}

@@ -312,7 +312,8 @@ func TestTR7_SetLogPolicy(t *testing.T) {
 		{name: "fenced with retention is refused", steps: []LogPolicy{{Fenced: true, Retention: ret}},
 			wantFenced: true, wantRefused: 1, wantErr: logstore.ErrRetentionOnFencedStream},
 		{name: "retention then fenced", steps: []LogPolicy{{Retention: ret}, {Fenced: true}}, wantFenced: true},
-		{name: "fenced then retention", steps: []LogPolicy{{Fenced: true}, {Retention: ret}}, wantRet: ret},
+		{name: "fenced then unfenced with retention is refused", steps: []LogPolicy{{Fenced: true}, {Retention: ret}},
+			wantFenced: true, wantRefused: 1, wantErr: ErrUnfenceWithRecords}, // [FD-4]: a fenced log stays fenced
 		{name: "retention then refused", steps: []LogPolicy{{Retention: ret}, {Fenced: true, Retention: ret}},
 			wantFenced: true, wantRefused: 1, wantErr: ErrRetentionOnFencedStream},
 		{name: "off again", steps: []LogPolicy{{Retention: ret}, {}}},
@@ -350,7 +351,7 @@ func TestTR7_SetLogPolicy(t *testing.T) {
 // unfences it (alone, or together with retention on, the way around
 // "retention stays off" under a running holder) is refused, the log stays
 // fenced with retention off, and maintenance deletes nothing by age or
-// size. An empty fenced log may still be unfenced.
+// size. An empty fenced log stays fenced too.
 func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 	ret := logstore.RetentionPolicy{MaxBytes: 1}
 	for _, tc := range []struct {
@@ -399,7 +400,9 @@ func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 			}
 		})
 	}
-	t.Run("empty log may be unfenced", func(t *testing.T) {
+	t.Run("empty log stays fenced", func(t *testing.T) {
+		// A replica whose fenced log is empty (newly added, or emptied
+		// after damage) refuses to unfence like the others [TR-7].
 		c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
 			c.maintain, c.metrics = -1, true
 		}, "a")
@@ -407,13 +410,15 @@ func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 		if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []LogPolicy{{Fenced: true}, {Retention: ret}} {
-			if err := n.mgr.SetLogPolicy(testShard, p); err != nil {
-				t.Fatalf("SetLogPolicy %+v: %v", p, err)
-			}
+		if err := n.mgr.SetLogPolicy(testShard, LogPolicy{Fenced: true}); err != nil {
+			t.Fatal(err)
 		}
-		if info := dataLogOf(t, n).Describe(); info.Fenced || info.Retention != ret {
-			t.Fatalf("fenced=%t retention=%+v, want unfenced with %+v", info.Fenced, info.Retention, ret)
+		err := n.mgr.SetLogPolicy(testShard, LogPolicy{Retention: ret})
+		if !errors.Is(err, ErrUnfenceWithRecords) || !errors.Is(err, ErrRetentionOnFencedStream) {
+			t.Fatalf("unfence an empty fenced log with retention: %v", err)
+		}
+		if info := dataLogOf(t, n).Describe(); !info.Fenced || info.Retention.Enabled() {
+			t.Fatalf("fenced=%t retention=%+v, want fenced with retention off", info.Fenced, info.Retention)
 		}
 	})
 }
