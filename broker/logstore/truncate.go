@@ -194,11 +194,14 @@ func (l *Log) applyInOrder(changes func(add func(k, v []byte, del bool) error) e
 // apart from the records (keptFloorKey) and survive a crash. The readable
 // start, max(Floor, Start), is therefore at least off, and a read below it
 // is refused with *record.CursorTooOldError carrying the floor-setting
-// trim's headers as long as that trim is at or above off (it is: the
-// leader a follower resets to deleted only below its floor, and its floor
-// is at most its floor-setting trim's offset), as before the reset. Trims
-// copied and committed later raise the floor as usual. off below the log's
-// Base, or a reserved offset, is refused with an error wrapping
+// trim's headers as long as that trim is at or above off (a reset below
+// the committed mark). A follower resetting to a leader's start usually
+// holds a floor set by a trim below off: its refusals carry no tag, as
+// after a segment deletion, until the leader's floor-setting trim, copied
+// after the reset, commits here (the replica serves no reader before:
+// replication serves reads only at a leader whose fence is committed).
+// Trims copied and committed later raise the floor as usual. off below
+// the log's Base, or a reserved offset, is refused with an error wrapping
 // ErrBadRecord.
 //
 // Durability, in every fsync mode: the commit log is checkpointed first and
