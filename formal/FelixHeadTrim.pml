@@ -3,10 +3,14 @@
  * the fence"), checked by SPIN.
  *
  * Three brokers with Raft-shaped leadership (one assigned leader, failover
- * that keeps the committed prefix, a deposed leader that keeps taking
- * writes), two felixd lease holders (epochs 1 and 2), tail-conditional
- * writes and trims carrying the holder's epoch, segment deletion below the
- * floor, and the loss and rebuild of the trim index.
+ * that keeps the committed prefix and writes a fence record, a deposed
+ * leader that keeps taking writes, followers that learn the commit one
+ * shipment late), two felixd lease holders (epochs 1 and 2),
+ * tail-conditional writes and trims carrying the holder's epoch, segment
+ * deletion below the floor, the loss and rebuild of the trim index, a
+ * follower behind the leader's first surviving position that resets its
+ * log there (ResetAt), and broker crashes (the in-memory commit mark and
+ * leadership are lost; the floor is rebuilt from what is stored).
  *
  * The model is one process whose do-loop picks one enabled action per step
  * (TLA's Next). Every action is a d_step, so a step is atomic and the
@@ -15,10 +19,13 @@
  * Invariants (each assert names it, so pan and `spin -t` print the name):
  *   StaleTrimRefused  no committed write or trim from one holder follows a
  *                     committed write from a newer holder.
- *   FloorRecordKept   the serving leader's floor is the one its committed
- *                     trim records set, deleted ones included.
+ *   FloorRecordKept   the serving leader's floor, once it serves, is the one
+ *                     its committed trim records set, deleted ones included.
  *   NoReadBelowTrim   no reader of the serving leader is served a data
- *                     record below a committed (hence any acknowledged) trim.
+ *                     record below the floor of an acknowledged trim (nor
+ *                     of a trim the leader knows committed).
+ *   FloorNeverBack    a broker's floor never moves back when its storage
+ *                     is reset (ResetAt) or reopened after a crash [TR-5].
  *
  * Switches: each -D macro removes one rule; the twin with it must fail.
  *   -DUNTAGGED           [TR-4] CursorTooOld carries no trim headers.
@@ -36,11 +43,26 @@
  *                        floor (active one included).
  *   -DSTART_FROM_SEGMENTS [TR-4] the readable start is the first surviving
  *                        segment, not the floor (deletion lags the floor).
+ *   -DACK_LEADER_TRIM    [TR-2] under ack Leader a trim is acknowledged once
+ *                        the leader persisted it, before it commits.
+ *   -DSERVE_BEFORE_FENCE [TR-4] a new leader serves reads once its fence is
+ *                        written, before it commits.
+ *   -DRESET_DROPS_FLOOR  [TR-5] ResetAt puts the floor back at the base and
+ *                        keeps no floor apart from the trim index.
  *
  * Bounds (override with -D): MAXW data writes, MAXT trims (no-ops that
- * answer included), MAXE failovers. The log has MAXW+MAXT positions.
+ * answer included), MAXE failovers (each writes a fence record), MAXC
+ * broker crashes. The log has MAXW+MAXT+MAXE positions.
  * -DNO_INDEX_LOSS turns off the loss and rebuild of the trim index (a
- * bound on faults, not a rule; see RetentionOn in README.md).
+ * bound on faults, not a rule; see RetentionOn in README.md). The
+ * configurations of hack/check-models.sh set smaller bounds than these
+ * defaults (see formal/README.md).
+ *
+ * Holders write, trim and read only at a broker that serves (its fence
+ * committed, or a deposed leader that still believes it leads). A proposal
+ * a new leader takes before its fence commits is checked against the same
+ * tail and acknowledged only after the commit, so it is modelled as made
+ * right after the commit.
  *
  * Run: hack/check-models.sh (see formal/README.md).
  */
@@ -54,14 +76,19 @@
 #ifndef MAXE
 #define MAXE 1
 #endif
+#ifndef MAXC
+#define MAXC 0
+#endif
 
 #define NB 3                   /* brokers 0..2 */
-#define L  (MAXW + MAXT)       /* log positions 1..L (model numbers from 1) */
+#define L  (MAXW + MAXT + MAXE) /* log positions 1..L (model numbers from 1) */
 #define LP (L + 1)
 
 #define NONE 0
 #define W    1                 /* data record */
 #define T    2                 /* trim record */
+#define F    3                 /* fence record: the first of a leader's epoch */
+#define HW(b, p) (K(b, p) == W || K(b, p) == T)  /* written by a holder */
 
 /* One record packs into a byte: kind (2 bits), the holder (epoch) that
  * wrote it (2 bits, a ghost for data records: a data record's own epoch
@@ -81,14 +108,26 @@ byte cm[NB];        /* commit index known by the broker */
 byte del[NB];       /* first surviving position (segments below deleted) */
 byte fl[NB];        /* the floor the broker's storage applies [TR-5] */
 bool isL[NB];       /* believes it leads (a deposed leader still does) */
+bool srv[NB];       /* serves reads: its fence is committed [TR-4] */
+byte kf[NB];        /* the floor ResetAt kept apart from the index [TR-5] */
 byte ldr;           /* the assigned (serving) leader */
+byte akf = 1;       /* ghost: highest floor of any acknowledged trim */
+#if MAXC > 0
+byte gc;            /* ghost: the highest commit mark any leader reached */
+#define GCUPDATE gc = cm[c]
+#define GCSET
+#else
+hidden byte gc;     /* without crashes no commit mark falls: the highest one */
+#define GCUPDATE skip
+#define GCSET gc = (cm[0] > cm[1] -> cm[0] : cm[1]); gc = (cm[2] > gc -> cm[2] : gc)
+#endif
 
 byte lease = 1;     /* epoch of the current lease holder (1, then 2) */
 byte exp[3];        /* holder h: last position it knows (next write exp+1) */
 byte pend[3];       /* holder h: position of its unanswered append, 0 none */
 bool retired[3];    /* holder h stopped: it saw a newer epoch */
 
-byte nw, nt, ne;    /* bounds: writes, trims, failovers made */
+byte nw, nt, ne, nc; /* bounds: writes, trims, failovers, crashes made */
 
 /* Temporaries of the d_steps, not part of the state. */
 hidden byte i, j, x, y, rs, tag, from, pfl, af;
@@ -98,6 +137,7 @@ hidden byte newer;
 hidden byte StaleTrimRefused = 1;
 hidden byte FloorRecordKept = 1;
 hidden byte NoReadBelowTrim = 1;
+hidden byte FloorNeverBack = 1;
 
 /* The epoch a stored trim record carries in its headers [TR-2]. */
 #ifdef HIDDEN_TRIMS
@@ -153,18 +193,27 @@ inline ApplyFloor(b, lo, hi) {
 	}
 }
 
-/* Replicate leader c's whole log onto follower v, commit it, and apply the
- * committed trims on both. A majority of three is two, so c and v commit. */
+/* Replicate leader c's whole log onto follower v and commit it on c (a
+ * majority of three is two), which commits c's fence too: c serves from
+ * now on [TR-4]. The shipment carries c's commit from before it, so v
+ * learns the new commit only with the next one. Committed trims move the
+ * floor on both. */
 inline ShipAndCommit(c, v) {
 	for (j : 1 .. L) {
 		lg[v].e[j] = lg[c].e[j]
 	}
 	tl[v] = tl[c];
 	isL[v] = false;
+	srv[v] = false;
 	x = cm[c];
 	y = cm[v];
+	if
+	:: cm[c] > cm[v] -> cm[v] = cm[c]
+	:: else -> skip
+	fi;
 	cm[c] = tl[c];
-	cm[v] = tl[c];
+	GCUPDATE;
+	srv[c] = true;
 	ApplyFloor(c, x, cm[c]);
 	ApplyFloor(v, y, cm[v])
 }
@@ -174,7 +223,7 @@ inline Check() {
 	x = 0;
 	for (i : 1 .. L) {
 		if
-		:: i <= cm[ldr] && K(ldr, i) != NONE && WHO(ldr, i) < x ->
+		:: i <= cm[ldr] && HW(ldr, i) && WHO(ldr, i) < x ->
 			StaleTrimRefused = false
 		:: else -> skip
 		fi;
@@ -191,20 +240,29 @@ inline Check() {
 		:: else -> skip
 		fi
 	}
-	FloorRecordKept = (fl[ldr] == af);
-	/* A reader of the leader may be served any surviving committed data
-	 * record at or above the readable start. */
+	/* Checked once the leader serves: before its fence commits, its floor
+	 * lags by design (it is what it knew as a follower; a reset follower
+	 * also holds, as ghosts copied below its first position, trims it never
+	 * stored) [TR-4]. */
+	FloorRecordKept = (!srv[ldr] || fl[ldr] == af);
+	/* A reader of the serving leader may be served any surviving committed
+	 * data record at or above the readable start, once it serves. */
+	if
+	:: akf > af -> af = akf
+	:: else -> skip
+	fi;
 	ReadableStart(ldr);
 	for (i : 1 .. L) {
 		if
-		:: i >= rs && i < af && i <= cm[ldr] && K(ldr, i) == W ->
+		:: srv[ldr] && i >= rs && i < af && i <= cm[ldr] && K(ldr, i) == W ->
 			NoReadBelowTrim = false
 		:: else -> skip
 		fi
 	}
 	assert(StaleTrimRefused);
 	assert(FloorRecordKept);
-	assert(NoReadBelowTrim)
+	assert(NoReadBelowTrim);
+	assert(FloorNeverBack)
 }
 
 #define ACTIVE(h) (!retired[h] && (h == 1 || lease == 2) && pend[h] == 0)
@@ -285,17 +343,24 @@ inline Trim(h, s, ff) {
 			lg[s].e[tl[s]] = REC(T, h, ff);
 			pend[h] = tl[s];
 			nt++;
+#ifdef ACK_LEADER_TRIM
+			/* [TR-2] broken: acknowledged once the leader persisted it */
+			if
+			:: s == ldr && srv[s] && ff > akf -> akf = ff
+			:: else -> skip
+			fi;
+#endif
 			printf("MSC: holder %d trims at broker %d position %d, floor %d\n", h, s, tl[s], ff)
 		:: else -> Refused(h, s)
 		fi
 	fi
 }
 
-#define CANWRITE(h, s) (ACTIVE(h) && isL[s] && nw < MAXW && (tl[s] < L || tl[s] != exp[h]))
-#define CANTRIM(h, s, ff) (ACTIVE(h) && isL[s] && nt < MAXT && ff <= tl[s] + 1 && (tl[s] < L || tl[s] != exp[h]))
+#define CANWRITE(h, s) (ACTIVE(h) && isL[s] && srv[s] && nw < MAXW && (tl[s] < L || tl[s] != exp[h]))
+#define CANTRIM(h, s, ff) (ACTIVE(h) && isL[s] && srv[s] && nt < MAXT && ff <= tl[s] + 1 && (tl[s] < L || tl[s] != exp[h]))
 
 #define HOLDER(h, s) \
-	:: d_step { ACTIVE(h) && isL[s] -> Read(h, s); Check() } \
+	:: d_step { ACTIVE(h) && isL[s] && srv[s] -> Read(h, s); Check() } \
 	:: d_step { CANWRITE(h, s) -> Write(h, s); Check() } \
 	:: d_step { CANTRIM(h, s, 1) -> Trim(h, s, 1); Check() } \
 	:: d_step { CANTRIM(h, s, 2) -> Trim(h, s, 2); Check() } \
@@ -307,26 +372,92 @@ inline Trim(h, s, ff) {
 
 /* The leader ships to follower v and commits what it has. */
 #define SHIP(v) \
-	:: d_step { v != ldr && (tl[v] != tl[ldr] || cm[ldr] != tl[ldr] || cm[v] != cm[ldr] || isL[v]) -> \
+	:: d_step { v != ldr && isL[ldr] && tl[v] + 1 >= del[ldr] && \
+		(tl[v] != tl[ldr] || cm[ldr] != tl[ldr] || cm[v] != cm[ldr] || isL[v] || !srv[ldr]) -> \
 		ShipAndCommit(ldr, v); printf("MSC: leader %d ships to %d, commits %d\n", ldr, v, cm[ldr]); Check() }
 
-/* Failover to c, fenced with voter v: c must hold the committed prefix
- * (Raft's election restriction); the old leader is deposed but still
- * believes it leads until someone ships to it. */
-#define ELECT(c, v) \
-	:: d_step { ne < MAXE && c != ldr && v != c && tl[c] >= cm[ldr] -> \
-		newer = false; \
+/* Failover to c: c must hold the committed prefix (Raft's election
+ * restriction); a crashed leader may be promoted again. c writes its fence
+ * record at its tail and serves only once it has committed it (the next
+ * shipment) [TR-4]: until then its commit mark, hence its floor, is what it
+ * knew as a follower. The old leader is deposed but still believes it leads
+ * until someone ships to it. */
+#ifdef SERVE_BEFORE_FENCE
+#define FENCESRV true      /* [TR-4] broken: serves once the fence is written */
+#else
+#define FENCESRV false
+#endif
+#define ELECT(c) \
+	:: d_step { ne < MAXE && (c != ldr || !isL[c]) && tl[c] < L -> \
+		GCSET; \
+		newer = tl[c] < gc; \
 		for (i : 1 .. L) { \
 			if \
-			:: i <= cm[ldr] && lg[c].e[i] != lg[ldr].e[i] -> newer = true \
+			:: i <= gc && lg[c].e[i] != lg[ldr].e[i] -> newer = true \
 			:: else -> skip \
 			fi \
 		}; \
 		if \
-		:: !newer -> ne++; isL[c] = true; ldr = c; ShipAndCommit(c, v); \
-			printf("MSC: failover: broker %d leads, fenced with %d, commits %d\n", c, v, cm[c]); Check() \
+		:: !newer -> ne++; isL[c] = true; ldr = c; \
+			tl[c]++; lg[c].e[tl[c]] = REC(F, 0, 0); srv[c] = FENCESRV; \
+			printf("MSC: failover: broker %d leads, fence at %d, commit known %d\n", c, tl[c], cm[c]); Check() \
 		:: else -> skip \
 		fi }
+
+/* [TR-5] Follower v's log ends below the leader's first surviving
+ * position, so the leader cannot ship to it: v resets its log there
+ * (ResetAt): empty at del[ldr], commit mark raised to below it (the leader
+ * vouches it is committed), its own records above its commit mark gone
+ * (they are absent from, or divergent with, the leader's log). The floor
+ * and the trim that set it are kept apart from the records [TR-5]; the
+ * broken variant puts the floor back at the base. */
+#define RESET(v) \
+	:: d_step { v != ldr && isL[ldr] && tl[v] + 1 < del[ldr] -> \
+		for (j : 1 .. L) { \
+			if \
+			:: j > cm[v] -> lg[v].e[j] = 0 \
+			:: else -> skip \
+			fi \
+		}; \
+		tl[v] = del[ldr] - 1; del[v] = del[ldr]; cm[v] = tl[v]; \
+		isL[v] = false; srv[v] = false; \
+		RESETFLOOR(v); \
+		printf("MSC: broker %d resets its log at %d, floor %d\n", v, del[v], fl[v]); Check() }
+#ifdef RESET_DROPS_FLOOR
+#define RESETFLOOR(v) FloorNeverBack = FloorNeverBack && fl[v] == 1; fl[v] = 1; kf[v] = 0
+#else
+#define RESETFLOOR(v) kf[v] = fl[v]
+#endif
+
+/* A process crash of broker b: it stops leading and serving, and its
+ * commit mark falls back to the one it persisted, which it synced whenever
+ * the floor moved (so at or above the floor-setting trim) and at a reset.
+ * On restart the floor is derived from the committed trims it stores and
+ * the floor a reset kept [TR-5]. */
+#if MAXC > 0
+#define CRASH(b) \
+	:: d_step { nc < MAXC -> nc++; \
+		x = 0; \
+		for (i : 1 .. L) { \
+			if \
+			:: i <= cm[b] && i + 1 >= del[b] && (i + 1 == del[b] || (K(b, i) == T && FLR(b, i) == fl[b])) -> x = i \
+			:: else -> skip \
+			fi \
+		}; \
+		cm[b] = x; \
+		y = (kf[b] > 1 -> kf[b] : 1); \
+		for (i : 1 .. L) { \
+			if \
+			:: i >= del[b] && i <= cm[b] && K(b, i) == T && FLR(b, i) > y -> y = FLR(b, i) \
+			:: else -> skip \
+			fi \
+		}; \
+		FloorNeverBack = FloorNeverBack && y >= fl[b]; \
+		fl[b] = y; isL[b] = false; srv[b] = false; \
+		printf("MSC: broker %d crashes and restarts: commit %d, floor %d\n", b, cm[b], fl[b]); Check() }
+#else
+#define CRASH(b)
+#endif
 
 /* [TR-6] Broker b deletes whole segments (one record each) below its
  * floor; the record that set the floor is at or above it, so it survives. */
@@ -346,7 +477,7 @@ inline Trim(h, s, ff) {
 #else
 #define REBUILD(b) \
 	:: d_step { true -> \
-		x = 1; \
+		x = (kf[b] > 1 -> kf[b] : 1); \
 		for (i : 1 .. L) { \
 			if \
 			:: i >= del[b] && i <= cm[b] && K(b, i) == T && FLR(b, i) > x -> x = FLR(b, i) \
@@ -370,8 +501,13 @@ inline Trim(h, s, ff) {
 #endif
 
 #define ANSWER(h) \
-	:: d_step { pend[h] > 0 && pend[h] <= cm[ldr] && WHO(ldr, pend[h]) == h -> \
-		exp[h] = pend[h]; pend[h] = 0; \
+	:: d_step { pend[h] > 0 && pend[h] <= cm[ldr] && HW(ldr, pend[h]) && WHO(ldr, pend[h]) == h -> \
+		exp[h] = pend[h]; \
+		if \
+		:: K(ldr, pend[h]) == T && FLR(ldr, pend[h]) > akf -> akf = FLR(ldr, pend[h]) \
+		:: else -> skip \
+		fi; \
+		pend[h] = 0; \
 		printf("MSC: holder %d acknowledged at %d\n", h, exp[h]); Check() } \
 	:: d_step { pend[h] > 0 -> pend[h] = 0; printf("MSC: holder %d times out\n", h); Check() }
 
@@ -382,7 +518,8 @@ init {
 			fl[i] = 1
 		};
 		ldr = 0;
-		isL[0] = true
+		isL[0] = true;
+		srv[0] = true
 	};
 	do
 	:: d_step { lease == 1 -> lease = 2; printf("MSC: lease moves to holder 2\n"); Check() }   /* holder 1 is not told */
@@ -397,12 +534,15 @@ init {
 	SHIP(0)
 	SHIP(1)
 	SHIP(2)
-	ELECT(0, 1)
-	ELECT(0, 2)
-	ELECT(1, 0)
-	ELECT(1, 2)
-	ELECT(2, 0)
-	ELECT(2, 1)
+	ELECT(0)
+	ELECT(1)
+	ELECT(2)
+	RESET(0)
+	RESET(1)
+	RESET(2)
+	CRASH(0)
+	CRASH(1)
+	CRASH(2)
 	DELETE(0)
 	DELETE(1)
 	DELETE(2)

@@ -42,19 +42,30 @@ done
 # name | model | spin defines | expected (PASS or the invariant) | depth
 # depth: default (always run) or full (only with --full or by name).
 CONFIGS=(
-	# FelixHeadTrim (seed 004): 3 brokers, 2 holders, 2 writes, 3 trims, 1 failover.
-	"FelixHeadTrim|FelixHeadTrim||PASS|default"
-	"FelixHeadTrimUntagged|FelixHeadTrim|-DUNTAGGED|StaleTrimRefused|default"
-	"FelixHeadTrimHiddenTrims|FelixHeadTrim|-DHIDDEN_TRIMS|StaleTrimRefused|default"
-	"FelixHeadTrimNoOpSkipsCheck|FelixHeadTrim|-DNOOP_SKIPS_CHECK|StaleTrimRefused|default"
-	"FelixHeadTrimRetentionOn|FelixHeadTrim|-DRETENTION_ON -DNO_INDEX_LOSS|StaleTrimRefused|default"
-	"FelixHeadTrimRetentionOnIndexLoss|FelixHeadTrim|-DRETENTION_ON|FloorRecordKept|default"
-	"FelixHeadTrimReadFromEarliest|FelixHeadTrim|-DREAD_FROM_EARLIEST|StaleTrimRefused|default"
-	"FelixHeadTrimTailFromRefusal|FelixHeadTrim|-DTAIL_FROM_REFUSAL|StaleTrimRefused|default"
-	"FelixHeadTrimDeleteAtFloor|FelixHeadTrim|-DDELETE_AT_FLOOR|FloorRecordKept|default"
-	"FelixHeadTrimStartFromSegments|FelixHeadTrim|-DSTART_FROM_SEGMENTS|NoReadBelowTrim|default"
-	# Deeper: two failovers.
-	"FelixHeadTrimDeep|FelixHeadTrim|-DMAXE=2|PASS|full"
+	# FelixHeadTrim (seed 004): 3 brokers, 2 holders, 1 write, 2 trims, 1 failover (with its fence),
+	# followers one commit behind, resets at the leader's start (issue 30 item 3).
+	"FelixHeadTrim|FelixHeadTrim|-DMAXW=1 -DMAXT=2|PASS|default"
+	"FelixHeadTrimAckLeaderTrim|FelixHeadTrim|-DMAXW=1 -DMAXT=2 -DACK_LEADER_TRIM|NoReadBelowTrim|default"
+	"FelixHeadTrimServeBeforeFence|FelixHeadTrim|-DMAXW=1 -DMAXT=2 -DSERVE_BEFORE_FENCE|NoReadBelowTrim|default"
+	"FelixHeadTrimResetDropsFloor|FelixHeadTrim|-DMAXW=1 -DMAXT=2 -DRESET_DROPS_FLOOR|FloorNeverBack|default"
+	# 1 write, 1 trim, 1 failover, 1 broker crash.
+	"FelixHeadTrimCrash|FelixHeadTrim|-DMAXW=1 -DMAXT=1 -DMAXC=1|PASS|default"
+	# The seed's trace: 2 writes, 2 trims, no failover.
+	"FelixHeadTrimHolders|FelixHeadTrim|-DMAXE=0 -DMAXT=2|PASS|default"
+	"FelixHeadTrimUntagged|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DUNTAGGED|StaleTrimRefused|default"
+	"FelixHeadTrimHiddenTrims|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DHIDDEN_TRIMS|StaleTrimRefused|default"
+	"FelixHeadTrimNoOpSkipsCheck|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DNOOP_SKIPS_CHECK|StaleTrimRefused|default"
+	"FelixHeadTrimRetentionOn|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DRETENTION_ON -DNO_INDEX_LOSS|StaleTrimRefused|default"
+	"FelixHeadTrimRetentionOnIndexLoss|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DRETENTION_ON|FloorRecordKept|default"
+	"FelixHeadTrimReadFromEarliest|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DREAD_FROM_EARLIEST|StaleTrimRefused|default"
+	"FelixHeadTrimTailFromRefusal|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DTAIL_FROM_REFUSAL|StaleTrimRefused|default"
+	"FelixHeadTrimDeleteAtFloor|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DDELETE_AT_FLOOR|FloorRecordKept|default"
+	"FelixHeadTrimStartFromSegments|FelixHeadTrim|-DMAXE=0 -DMAXT=2 -DSTART_FROM_SEGMENTS|NoReadBelowTrim|default"
+	# Deeper: the seed's bounds without failover; 2 failovers; a crash with 2 trims; 2 writes with a failover.
+	"FelixHeadTrimHoldersDeep|FelixHeadTrim|-DMAXE=0|PASS|full"
+	"FelixHeadTrimDeep|FelixHeadTrim|-DMAXW=1 -DMAXT=2 -DMAXE=2|PASS|full"
+	"FelixHeadTrimCrashDeep|FelixHeadTrim|-DMAXW=1 -DMAXT=2 -DMAXC=1|PASS|full"
+	"FelixHeadTrimWide|FelixHeadTrim|-DMAXT=2|PASS|full"
 
 	# FelixStorageIdentity (seed 000): 5 replicas, Quorum, 1 record, 2 faults.
 	"FelixStorageIdentity|FelixStorageIdentity|-DMAXF=2 -DMAXR=0|PASS|default"

@@ -19,6 +19,7 @@ import (
 //	'g'                                                          -> value-log GC under way
 //	'f' | commit-log file u64 | log number u32                   -> highest batch start of the log in the file
 //	'w'                                                          -> first commit-log file a replay reads
+//	'k' | log number u32                                         -> floor kept across ResetAt (a trim index entry)
 //
 // A log number is a small integer the catalog assigns at creation, so data
 // keys stay short. A batch never straddles a segment: the writer splits an
@@ -34,6 +35,7 @@ const (
 	prefixGCMark   = 'g'
 	prefixFilePin  = 'f'
 	prefixReplay   = 'w'
+	prefixKeptFlr  = 'k'
 )
 
 const dataKeyLen = 1 + 4 + 8 + 8
@@ -100,6 +102,12 @@ func parseTrimKey(k []byte) (uint64, error) {
 }
 
 func trimMarkKey(num uint32) []byte { return logPrefix(prefixTrimMark, num) }
+
+// keptFloorKey holds the floor, and the entry of the trim that set it, that
+// ResetAt kept when it dropped the records and the trim index [TR-5].
+// Directories written before it existed have none; older versions ignore
+// it (their ResetAt lowers the floor, as it always did).
+func keptFloorKey(num uint32) []byte { return logPrefix(prefixKeptFlr, num) }
 
 // vlogMarkKey holds the first offset of the log's newest batch that badger
 // keeps in its value log (see Log.repairLost). Directories written before it

@@ -85,7 +85,7 @@ func (l *Log) load() error {
 	}
 	l.trims = trims
 	l.recomputeFloorLocked()
-	return nil
+	return l.applyKeptFloor()
 }
 
 // repairLost repairs the end of the log after a crash that lost values

@@ -69,6 +69,11 @@ func (l *Log) read(from uint64, opts ReadOptions, raw bool) (ReadResult, error) 
 		return ReadResult{}, &record.CursorTooOldError{From: from, Floor: lowest, TrimHeaders: tag}
 	}
 	if from > next {
+		if from == lowest {
+			// A floor ResetAt kept above the offset it reset to [TR-5]:
+			// nothing is readable until the log reaches it.
+			return ReadResult{Next: from}, nil
+		}
 		return ReadResult{}, fmt.Errorf("logstore: read %s from %d above tail %d: %w", l.id, from, next, ErrBeyondTail)
 	}
 	if opts.UpTo != 0 && opts.UpTo < end {

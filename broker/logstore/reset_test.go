@@ -55,6 +55,11 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 		setup         func(t *testing.T, l *Log)
 		off           uint64
 		wantCommitted uint64
+		// wantFloor is the floor ResetAt keeps (the base when 0) [TR-5];
+		// wantTag the epoch header a refusal below it carries ("": none,
+		// the floor-setting trim lies below off).
+		wantFloor uint64
+		wantTag   string
 	}{
 		{
 			name: "above the tail, as a follower behind a leader's start",
@@ -65,7 +70,7 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			off: 100, wantCommitted: 100,
+			off: 100, wantCommitted: 100, wantFloor: 3,
 		},
 		{
 			name: "inside the stored range, uncommitted suffix",
@@ -87,7 +92,7 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			off: 2, wantCommitted: 13,
+			off: 2, wantCommitted: 13, wantFloor: 5, wantTag: "1",
 		},
 		{
 			name: "below the start after segment deletion, above the base",
@@ -105,7 +110,7 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 					t.Fatalf("setup: start %d", l.Describe().Start)
 				}
 			},
-			off: 9, wantCommitted: 26,
+			off: 9, wantCommitted: 26, wantFloor: 18, wantTag: "1",
 		},
 		{
 			name:  "at the base of an empty log",
@@ -132,14 +137,15 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 				if err := l.ResetAt(tc.off); err != nil {
 					t.Fatal(err)
 				}
+				floor := max(tc.wantFloor, tc.base)
 				want := Info{
-					ID: testLog, Base: tc.base, Start: tc.off, Floor: tc.base, Tail: tc.off,
+					ID: testLog, Base: tc.base, Start: tc.off, Floor: floor, Tail: tc.off,
 					Durable: tc.off, Committed: tc.wantCommitted, SegmentRecords: 4,
 				}
 				if diff := cmp.Diff(want, l.Describe()); diff != "" {
 					t.Fatalf("after ResetAt(%d):\n%s", tc.off, diff)
 				}
-				checkResetReads(t, l, tc.off)
+				checkResetReads(t, l, tc.off, floor, tc.wantTag)
 
 				// A reopen derives the same state from what is stored
 				// (a committed mark above the tail is lowered to the tail
@@ -153,7 +159,7 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 				if diff := cmp.Diff(want, l.Describe()); diff != "" {
 					t.Fatalf("after reopen:\n%s", diff)
 				}
-				checkResetReads(t, l, tc.off)
+				checkResetReads(t, l, tc.off, floor, tc.wantTag)
 				if _, ok, why := l.readTrimIndex(); !ok {
 					t.Fatalf("trim index left inconsistent: %s", why)
 				}
@@ -179,6 +185,13 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 				if err := l.SetCommitted(tc.off + 3); err != nil {
 					t.Fatal(err)
 				}
+				if floor >= tc.off+1 {
+					// The kept floor is higher: the copied trim leaves it.
+					if got := l.Describe(); got.Floor != floor {
+						t.Fatalf("floor after a lower trim copied past the reset: %+v", got)
+					}
+					return
+				}
 				if got := l.Describe(); got.Floor != tc.off+1 {
 					t.Fatalf("floor after a committed trim copied past the reset: %+v", got)
 				}
@@ -197,14 +210,16 @@ func TestResetAtDropsEveryRecordAndStartsAt(t *testing.T) {
 	}
 }
 
-// checkResetReads checks that an empty log reset at off refuses reads below
-// off as too old, serves nothing from earliest, and refuses LastEpochAt.
-func checkResetReads(t *testing.T, l *Log, off uint64) {
+// checkResetReads checks that an empty log reset at off, keeping floor,
+// refuses reads below off as too old (with the kept trim's epoch header
+// tag, if any), serves nothing from earliest, and refuses LastEpochAt.
+func checkResetReads(t *testing.T, l *Log, off, floor uint64, tag string) {
 	t.Helper()
+	start := max(off, floor)
 	if off > l.Describe().Base {
 		_, err := l.Read(off-1, ReadOptions{WithTrimTag: true})
-		if too := wantTooOld(t, err); too.Floor != off || too.TrimHeaders != nil {
-			t.Fatalf("read below the reset: %+v", too)
+		if too := wantTooOld(t, err); too.Floor != start || headerValue(too.TrimHeaders, "epoch") != tag {
+			t.Fatalf("read below the reset: %+v, want the readable start %d and tag %q", too, start, tag)
 		}
 		if _, err := l.ReadRaw(off-1, ReadOptions{}); !errors.Is(err, record.ErrCursorTooOld) {
 			t.Fatalf("raw read below the reset: %v", err)
@@ -214,10 +229,10 @@ func checkResetReads(t *testing.T, l *Log, off uint64) {
 		}
 	}
 	res, err := l.Read(FromEarliest, ReadOptions{})
-	if err != nil || len(res.Records) != 0 || res.Next != off {
+	if err != nil || len(res.Records) != 0 || res.Next != start {
 		t.Fatalf("read from earliest: %+v %v", res, err)
 	}
-	if _, err := l.Read(off+1, ReadOptions{}); !errors.Is(err, ErrBeyondTail) {
+	if _, err := l.Read(start+1, ReadOptions{}); !errors.Is(err, ErrBeyondTail) {
 		t.Fatalf("read above the tail: %v", err)
 	}
 }
@@ -400,6 +415,64 @@ func TestCrash_ResetAtSurvivesSIGKILL(t *testing.T) {
 			}
 			if n, _, lowest := storedKeys(t, dir, l.num); n != 1 || lowest != off {
 				t.Fatalf("%d data keys stored, lowest %d, want 1 at %d", n, lowest, off)
+			}
+		})
+	}
+}
+
+// [TR-5] ResetAt empties the trim index with the records, but losing the
+// index must not lose the floor or its tag: the floor was set by a
+// committed trim, so it holds for the shard whatever this copy holds.
+// After the reset, and after a reopen (a crash before the floor-setting
+// trim is copied and committed again), the floor has not moved back and a
+// refusal below the readable start still carries the trim's headers. A
+// trim copied later moves the floor only up.
+func TestTR5_ResetAtKeepsTheFloorAndItsTag(t *testing.T) {
+	for _, mode := range []FsyncMode{FsyncOnCommit, FsyncPeriodic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := openTest(t, Options{Fsync: mode, SegmentRecords: 4})
+			l := mustLog(t, s, testLog)
+			fill(t, l, 10, "r") // 0..9
+			mustTrim(t, l, TrimRequest{Floor: 7, ExpectTail: 10, Headers: epochHeader("2")})
+			if err := l.SetCommitted(11); err != nil {
+				t.Fatal(err)
+			}
+			// Reset at 6, below the committed mark: the trim at 10 is at
+			// or above the new start, so its tag still has a source.
+			if err := l.ResetAt(6); err != nil {
+				t.Fatal(err)
+			}
+			check := func(when string) {
+				t.Helper()
+				if info := l.Describe(); info.Floor != 7 || info.ReadableStart() != 7 {
+					t.Fatalf("%s: floor moved back: %+v", when, info)
+				}
+				_, err := l.Read(2, ReadOptions{WithTrimTag: true})
+				if too := wantTooOld(t, err); too.Floor != 7 || headerValue(too.TrimHeaders, "epoch") != "2" {
+					t.Fatalf("%s: refusal below the floor %+v, want floor 7 tagged with epoch 2", when, too)
+				}
+			}
+			check("after ResetAt")
+			s = reopen(t, s)
+			l = mustLog(t, s, testLog)
+			check("after reopen")
+
+			// The leader's copy from 6 on: data, the same trim again, a
+			// lower trim; the floor stays at 7 with the same tag.
+			recs := []record.Record{
+				{Offset: 6, Epoch: 1, Payload: []byte("r6")},
+				{Offset: 7, Epoch: 1, Payload: []byte("r7")},
+				{Offset: 8, Epoch: 1, Kind: record.KindTrim, Floor: 5, Headers: epochHeader("1")},
+			}
+			if err := l.AppendReplicated(context.Background(), recs); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.SetCommitted(9); err != nil {
+				t.Fatal(err)
+			}
+			check("after a lower trim copied")
+			if got := payloads(readAll(t, l, FromEarliest, false)); !cmp.Equal(got, []string{"r7"}) {
+				t.Fatalf("read from earliest: %v", got)
 			}
 		})
 	}

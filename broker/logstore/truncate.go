@@ -195,12 +195,20 @@ func (l *Log) applyInOrder(changes func(add func(k, v []byte, del bool) error) e
 // the follower copies the leader from there.
 //
 // The trim index is emptied with the records (its entries describe records
-// that are gone), so the floor is what the stored state implies: Base, or
-// the floor of the trims later copied and committed. The readable start,
-// max(Floor, Start), is therefore at least off, and a read below off is
-// refused with *record.CursorTooOldError (without a trim tag: the trim that
-// set an older floor is gone), as after a segment deletion. off below the
-// log's Base, or a reserved offset, is refused with an error wrapping
+// that are gone), but the floor and the entry of the trim that set it are
+// kept [TR-5]: they were committed, so they hold for the shard whatever the
+// records held here, and the floor never moves back. They are persisted
+// apart from the records (keptFloorKey) and survive a crash. The readable
+// start, max(Floor, Start), is therefore at least off, and a read below it
+// is refused with *record.CursorTooOldError carrying the floor-setting
+// trim's headers as long as that trim is at or above off (a reset below
+// the committed mark). A follower resetting to a leader's start usually
+// holds a floor set by a trim below off: its refusals carry no tag, as
+// after a segment deletion, until the leader's floor-setting trim, copied
+// after the reset, commits here (the replica serves no reader before:
+// replication serves reads only at a leader whose fence is committed).
+// Trims copied and committed later raise the floor as usual. off below
+// the log's Base, or a reserved offset, is refused with an error wrapping
 // ErrBadRecord.
 //
 // Durability, in every fsync mode: the commit log is checkpointed first and
@@ -254,9 +262,13 @@ func (l *Log) ResetAt(off uint64) error {
 	l.trims = nil
 	l.lastEpoch = 0
 	l.gen++
-	// The floor is derived from committed trims; none is stored any more.
-	l.floor, l.floorTrim = l.base, nil
 	l.damage = nil // nothing of the damaged data is left
+	// The floor and its trim stay [TR-5]: kept apart from the trim index,
+	// which goes with the records.
+	var kept []byte
+	if l.floor > l.base {
+		kept = encodeTrimEntry(l.keptFloorLocked())
+	}
 	meta := l.metaLocked()
 	l.wakeLocked()
 	l.mu.Unlock()
@@ -277,6 +289,11 @@ func (l *Log) ResetAt(off uint64) error {
 		if err := add(trimMarkKey(l.num), encodeTrimMark(0), false); err != nil {
 			return err
 		}
+		if kept != nil {
+			if err := add(keptFloorKey(l.num), kept, false); err != nil {
+				return err
+			}
+		}
 		return add(catalogKey(l.id), encodeMeta(meta, l.s.refsFormat), false)
 	})
 	if err == nil {
@@ -290,6 +307,50 @@ func (l *Log) ResetAt(off uint64) error {
 	l.s.log.V(1).Info("reset log", "log", l.id.String(), "at", off, "droppedFrom", oldStart, "droppedTo", oldNext, "batches", len(data))
 	if err := l.s.retireFilesLocked(); err != nil {
 		l.s.log.Error(err, "commit-log files holding dropped batches stay")
+	}
+	return nil
+}
+
+// keptFloorLocked is the entry ResetAt keeps for the floor: the trim that
+// set it, or (when retention deleted that trim) the floor alone, with no
+// headers to carry.
+func (l *Log) keptFloorLocked() trimEntry {
+	if l.floorTrim != nil && l.floorTrim.Floor == l.floor {
+		t := *l.floorTrim
+		t.Headers = cloneHeaders(t.Headers)
+		return t
+	}
+	return trimEntry{Offset: l.floor, Floor: l.floor}
+}
+
+// applyKeptFloor raises the floor derived on load to the one an earlier
+// ResetAt kept [TR-5]. A kept floor that does not decode, or lies below
+// the base, is corruption and refused.
+func (l *Log) applyKeptFloor() error {
+	var v []byte
+	err := l.s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(keptFloorKey(l.num))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil || v == nil {
+		return err
+	}
+	t, err := decodeTrimEntry(v)
+	if err == nil && t.Floor < l.base {
+		err = fmt.Errorf("%w: kept floor %d below base %d", errCorrupt, t.Floor, l.base)
+	}
+	if err != nil {
+		return &record.CorruptError{Log: l.id, Offset: l.start, Reason: "kept floor: " + err.Error()}
+	}
+	if t.Floor > l.floor {
+		l.floor, l.floorTrim = t.Floor, &t
 	}
 	return nil
 }

@@ -242,12 +242,17 @@ func eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-// waitLeading waits until n leads with its fence committed.
+// waitLeading waits until n leads with its fence committed and serves
+// reads (the fence commit applied to its logs [TR-4]).
 func (c *cluster) waitLeading(n *node) {
 	c.t.Helper()
 	eventually(c.t, string(n.name)+" leading", 10*time.Second, func() bool {
 		st, err := n.mgr.Status(testShard)
-		return err == nil && st.Role == replication.RoleLeader && st.FenceCommitted
+		if err != nil || st.Role != replication.RoleLeader || !st.FenceCommitted {
+			return false
+		}
+		s, err := n.mgr.shard(testShard)
+		return err == nil && s.readable() == nil
 	})
 }
 

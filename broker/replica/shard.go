@@ -88,6 +88,10 @@ type shard struct {
 
 	status atomic.Pointer[replication.Status]
 	failed atomic.Pointer[error]
+	// serving is the epoch whose leader's fence commit (Ready.Serving) has
+	// been applied to the logs: reads are served only while the replica
+	// leads that epoch [TR-4].
+	serving atomic.Uint64
 
 	wmu     sync.Mutex
 	nextID  replication.ProposalID
@@ -349,6 +353,9 @@ func (s *shard) deliver(rd replication.Ready) error {
 		if err := s.logs[c.Log].SetCommitted(c.Committed); err != nil {
 			return fmt.Errorf("commit %s/%s at %d: %w", s.id, c.Log, c.Committed, err)
 		}
+	}
+	if rd.Serving != 0 {
+		s.serving.Store(rd.Serving)
 	}
 	for _, a := range rd.Acks {
 		s.complete(a)

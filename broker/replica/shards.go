@@ -162,9 +162,25 @@ func (d *dataLog) Trim(ctx context.Context, req logstore.TrimRequest) (logstore.
 	return logstore.TrimResult{Tail: a.End, Floor: req.Floor, Offset: a.First}, nil
 }
 
+// readable refuses reads, with Unavailable (retryable), until this leader's
+// fence commit has been applied to its logs [TR-4]. Until then its floor is
+// the one it knew as a follower: a trim the previous leader committed and
+// acknowledged may not have moved it yet.
+func (s *shard) readable() error {
+	st := s.status.Load()
+	if st.Role != replication.RoleLeader || s.serving.Load() != st.Epoch {
+		return &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("%s: leader of epoch %d has not committed its fence yet", s.id, st.Epoch)}
+	}
+	return nil
+}
+
 // Read serves data records; for Quorum and All streams only committed
-// ones.
+// ones. A new leader refuses reads until its fence is committed [TR-4].
 func (d *dataLog) Read(from uint64, opts logstore.ReadOptions) (logstore.ReadResult, error) {
+	if err := d.s.readable(); err != nil {
+		return logstore.ReadResult{}, err
+	}
 	if d.mode() != replication.AckLeader {
 		c := d.log.Describe().Committed
 		if opts.UpTo == 0 || opts.UpTo > c {

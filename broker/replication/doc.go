@@ -52,6 +52,9 @@
 //			send(rd.Messages)          // may go before the writes are durable
 //			persist(rd.Writes)         // in order, durably per the fsync mode; WriteReset = ResetAt
 //			publish(rd.Commits)        // readers of Quorum/All streams
+//			if rd.Serving != 0 {
+//				serveReads(rd.Serving) // fence committed: reads may be served [TR-4]
+//			}
 //			complete(rd.Acks)          // client acknowledgements
 //			if rd.Report != nil {
 //				writeReport(rd.Report) // FelixShard status.report, rate-limited

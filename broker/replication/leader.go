@@ -319,6 +319,9 @@ func (r *Replica) updateMarks(l record.LogKind) {
 		for _, k := range record.LogKinds {
 			r.updateMarks(k)
 		}
+		// The Commits just gathered pass the fence on every log: reads may
+		// be served once they are applied [TR-4].
+		r.out.Serving = r.epoch
 		// Report at once: the control plane learns the ids this epoch
 		// counted without waiting for the pass to end.
 		r.out.Report = r.report()

@@ -248,18 +248,27 @@ type Status struct {
 // are durable: they never depend on them (a commit or an acknowledgement
 // covers only records made durable by an earlier Advance). Then Advance(rd)
 // says the Writes are durable.
+//
+// Serving is set (to the leader's epoch) in the Ready whose Commits first
+// carry a new leader's committed positions past its fence, on every log.
+// A leader may serve reads only from then on, once those Commits are
+// applied to its logs, and only while it still leads that epoch [TR-4]:
+// before, its floor is the one it knew as a follower (its committed
+// positions may lag what the previous leader committed and acknowledged),
+// and committing its fence commits everything before it.
 type Ready struct {
 	Writes   []LogWrite
 	Messages []Message
 	Commits  []CommitAdvance
 	Acks     []Ack
 	Report   *Report
+	Serving  uint64
 }
 
 // Empty reports whether the Ready holds nothing.
 func (rd Ready) Empty() bool {
 	return len(rd.Writes) == 0 && len(rd.Messages) == 0 && len(rd.Commits) == 0 &&
-		len(rd.Acks) == 0 && rd.Report == nil
+		len(rd.Acks) == 0 && rd.Report == nil && rd.Serving == 0
 }
 
 // SameAs reports whether two reports say the same thing, ignoring the pass

@@ -276,7 +276,9 @@ func (r *Replica) LookupFailed(peerID NodeID) {
 // Proposal is a client batch for the leader. Records get their Offset and
 // Epoch from the leader; Kind, Timestamp, Floor, Headers and Payload are
 // kept. With ExpectTail set the batch lands only if the log's next offset is
-// ExpectedTail [TR-1].
+// ExpectedTail [TR-1]. A batch holding a trim record is acknowledged only
+// once committed, even under AckLeader: the floor moves at the commit
+// [TR-2].
 type Proposal struct {
 	ID           ProposalID
 	Log          record.LogKind
@@ -308,6 +310,15 @@ func (r *Replica) Propose(p Proposal) {
 		r.out.Acks = append(r.out.Acks, ack)
 		return
 	}
+	mode := p.Mode
+	if mode == AckLeader && hasTrim(p.Records) {
+		// [TR-2] A trim moves the floor only once committed, so it is
+		// acknowledged only then, whatever the stream's mode: a reader
+		// served right after the acknowledgement must already meet the
+		// floor, and a trim lost with its leader must never have been
+		// acknowledged.
+		mode = AckQuorum
+	}
 	v := &r.logs[p.Log]
 	if p.ExpectTail && p.ExpectedTail != v.tail {
 		ack.Err = &record.OffsetMismatchError{Expected: p.ExpectedTail, Tail: v.tail}
@@ -327,11 +338,21 @@ func (r *Replica) Propose(p Proposal) {
 		}
 		r.appendLocal(p.Log, recs)
 	}
-	r.pending[p.Log][p.Mode] = append(r.pending[p.Log][p.Mode], ack)
+	r.pending[p.Log][mode] = append(r.pending[p.Log][mode], ack)
 	for _, n := range r.order {
 		r.ship(r.peers[n], p.Log)
 	}
 	r.updateMarks(p.Log)
+}
+
+// hasTrim reports whether recs hold a trim record.
+func hasTrim(recs []record.Record) bool {
+	for _, rec := range recs {
+		if rec.Kind == record.KindTrim {
+			return true
+		}
+	}
+	return false
 }
 
 // appendLocal writes records to the local log (through Ready).
