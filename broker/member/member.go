@@ -56,6 +56,10 @@ type Config struct {
 	BootIDPath string
 	// PassInterval is the replication pass interval (replica default when 0).
 	PassInterval time.Duration
+	// ReportRefresh is how often a shard report whose placement did not
+	// change is rewritten, carrying its positions
+	// (controlplane.DefaultReportRefresh when 0).
+	ReportRefresh time.Duration
 	// MaintainInterval is the time between maintenance passes: whole
 	// segments below each log's floor are deleted and each stream's
 	// retention applied (replica.DefaultMaintainInterval when 0; negative:
@@ -211,7 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 		decision = running.Decision()
 	}
 	storeReady.Store(store)
-	reports := cp.NewReportWriter(controlplane.ReportOptions{})
+	reports := cp.NewReportWriter(controlplane.ReportOptions{Refresh: cfg.ReportRefresh})
 	reader, err := client.New(cfg.REST, client.Options{Scheme: controlplane.NewScheme()})
 	if err != nil {
 		_ = store.Close()

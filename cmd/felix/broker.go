@@ -59,6 +59,7 @@ type brokerFlags struct {
 	advertise, kubeconfig      string
 	heartbeatInterval          time.Duration
 	nodeExpiry, passInterval   time.Duration
+	reportRefresh              time.Duration
 	bootIDFile                 string
 	maintainInterval           time.Duration
 	segmentRecords             uint64
@@ -137,6 +138,7 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 2*time.Second, "cluster mode: how often the heartbeat Lease is renewed")
 	fl.DurationVar(&f.nodeExpiry, "node-expiry", 10*time.Second, "cluster mode: the cluster's node expiry timeout")
 	fl.DurationVar(&f.passInterval, "pass-interval", 0, "cluster mode: replication pass interval (default 100ms)")
+	fl.DurationVar(&f.reportRefresh, "report-refresh", 0, "cluster mode: how often a shard report whose placement did not change is rewritten with its positions (default 5m)")
 	fl.DurationVar(&f.maintainInterval, "maintain-interval", time.Minute, "how often whole segments below each log's floor are deleted [TR-6] and each stream's retention is applied [TR-7], in both modes (0: never)")
 	fl.Uint64Var(&f.segmentRecords, "segment-records", 0, "offsets per segment of logs created from now on, the unit of deletion (default 65536); for tests")
 	_ = fl.MarkHidden("segment-records")

@@ -49,7 +49,7 @@ func runMember(cmd *cobra.Command, f brokerFlags, log logr.Logger, mode logstore
 		DataDir: f.dataDir, Fsync: mode, FsyncInterval: f.fsyncInterval, CommitLogValues: f.batchesInLog,
 		Listen: pl, HTTP: hl, Advertise: f.advertise,
 		REST: restCfg, Namespace: f.namespace, Cluster: f.cluster, Broker: f.broker,
-		HeartbeatInterval: f.heartbeatInterval, NodeExpiry: f.nodeExpiry, PassInterval: f.passInterval,
+		HeartbeatInterval: f.heartbeatInterval, NodeExpiry: f.nodeExpiry, PassInterval: f.passInterval, ReportRefresh: f.reportRefresh,
 		BootIDPath: f.bootIDFile, MaintainInterval: f.maintainInterval, SegmentRecords: f.segmentRecords,
 		MinFreeBytes: uint64(f.minFree), SpaceCheckInterval: f.spaceInterval,
 		Registry: reg, Profiles: f.pprof, ShutdownTimeout: f.shutdownTimeout, Log: log,
