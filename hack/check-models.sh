@@ -94,7 +94,7 @@ CONFIGS=(
 	"FelixStorageIdentityCleanStopSkipsSync|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=1 -DMAXC=0 -DCLEAN_STOP_SKIPS_SYNC|NoAckedLoss|default"
 	# Deeper: both start modes, wipes and restores too; two unclean stops.
 	"FelixStorageIdentityCrashDeep|FelixStorageIdentity|-DCRASHES -DMAXF=2 -DMAXR=0 -DMAXC=1|PASS|full"
-	"FelixStorageIdentityCrashTwice|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DMAXF=2 -DMAXR=0 -DMAXC=2|PASS|full"
+	"FelixStorageIdentityCrashTwice|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=2|PASS|full"
 )
 
 if [[ $full == 1 ]]; then
