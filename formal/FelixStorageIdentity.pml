@@ -20,8 +20,8 @@
  *                leader's log at its position, and no position is
  *                acknowledged with two different records, for every
  *                record acknowledged before at most FAULTS later faults
- *                (2 of 5, 1 of 3). A fault is a leader death, a wipe or a
- *                restore; faults before a record's acknowledgement do not
+ *                (2 of 5, 1 of 3). A fault is a leader death, a wipe, a
+ *                restore, or (-DCRASHES) a stop that loses records; faults before a record's acknowledgement do not
  *                count against it (Quorum promised FAULTS+1 copies at the
  *                acknowledgement, which must survive FAULTS faults),
  *                except the acknowledging leader's own down marking.
@@ -48,9 +48,43 @@
  *                              from an old epoch (does not learn the
  *                              current epoch from the control plane first).
  *
+ * Crash rules (-DCRASHES): a replica's run has an fsync mode (on-commit, or
+ * page-cache: periodic and none, which the decision treats alike); what it
+ * holds is split into the page cache (lg, tl) and the disk (dk, dt):
+ * under on-commit every write is synced before it is counted or answered,
+ * under a page-cache mode it reaches the disk at a stop's sync, at the
+ * syncfs of a restart, or (a power cut chooses) by writeback before a cut.
+ * A replica may stop uncleanly: its process dies (the page cache
+ * survives, or writeback fails and the kernel drops the dirty pages) or
+ * the machine loses power (the page cache is lost, the boot id changes).
+ * The restart applies the unclean-stop rows of datadir.Decide to the facts
+ * it can see (the run-state record, the boot ids, the syncfs result).
+ * Twins, each with -DCRASHES:
+ *   -DUNCLEAN_KEEPS_ANY_MODE    [ID-3] an unclean stop keeps the id under
+ *                              every fsync mode, as under on-commit.
+ *   -DCONFIGURED_MODE_DECIDES   [ID-3] the decision reads the mode the new
+ *                              run is configured with, not the mode of the
+ *                              run that crashed (the run-state's).
+ *   -DIGNORE_BOOT_ID            [ID-3] a changed boot id does not rotate.
+ *   -DIGNORE_SYNCFS_FAILURE     [ID-3] a failed syncfs does not rotate.
+ *   -DUNKNOWN_BOOT_KEEPS_ID     [ID-3] an unknown boot id counts as the same
+ *                              boot.
+ *   -DUNKNOWN_RUN_STATE_KEEPS_ID [ID-3] a missing or corrupt run-state counts
+ *                              as a clean stop.
+ *   -DCLEAN_STOP_SKIPS_SYNC     [ID-3] a graceful stop writes clean-stop
+ *                              without syncing the stores first.
+ *   -DON_COMMIT_ANSWERS_UNSYNCED  an on-commit follower answers before its
+ *                              write is synced (what the on-commit row
+ *                              relies on; docs/durable-storage.md).
+ *
  * Bounds (override with -D): MAXW writes (log positions), MAXF fault
  * events in all (FAULTS+1 by default, so one may precede an
- * acknowledgement), MAXR clean restarts, MAXE placements.
+ * acknowledgement), MAXR clean restarts, MAXE placements, MAXC unclean
+ * stops (with -DCRASHES; one that loses records is also a fault).
+ * With -DCRASHES: -DSTART_MODE=0 or 1 fixes the cluster's fsync mode at
+ * the start (else both are explored); -DCRASHES_ONLY leaves out wipes and
+ * restores (checked by the configurations without -DCRASHES), so unclean
+ * stops and clean restarts are the only replica events.
  *
  * Run: hack/check-models.sh (see formal/README.md).
  */
@@ -83,6 +117,11 @@
 #define MAXE 1
 #endif
 #define P MAXW               /* log positions 1..P */
+#ifdef CRASHES
+#ifndef MAXC
+#define MAXC 1
+#endif
+#endif
 
 /* A log packs into a byte: 2 bits per position, the epoch the record was
  * written at (0 = no record). Positions run 1..P from the shard's base. */
@@ -102,6 +141,13 @@ bool behind[N];      /* <data dir>/registration is behind the control
                       * comparison (set by a restore, cleared on register) */
 byte repoch[N];      /* the epoch it accepts shipping from (at least) */
 bool dead[N];        /* process not running (only a dead leader) */
+#ifdef CRASHES
+byte dk[N], dt[N];   /* the log and tail on disk; lg and tl are what the
+                      * process and the page cache hold */
+bit md[N];           /* fsync mode of the current run, as its run-state
+                      * records it: 0 on-commit, 1 periodic or none */
+byte nc;             /* bound: unclean stops */
+#endif
 
 /* Control plane. */
 byte reg[N];         /* registered storage id */
@@ -129,7 +175,7 @@ byte nw, nf, nr, ne; /* bounds: writes, faults, clean restarts, placements */
 byte fsa[P + 1];     /* faults since position p was acknowledged (capped) */
 byte hit;            /* followers hit by a replica event (symmetry) */
 
-hidden byte i, j, m, x, y, best, votes, bad, idx, ok;
+hidden byte i, j, m, x, y, best, votes, bad, idx, ok, rot;
 hidden byte NoAckedLoss = 1;
 
 inline Check() {
@@ -147,6 +193,46 @@ inline Check() {
 	fi;
 	assert(NoAckedLoss)
 }
+
+/* Disk and page cache (-DCRASHES). SYNCED(r): everything replica r holds
+ * is on disk. COMMIT_SYNC(r): under on-commit a write is synced before it
+ * is acknowledged or answered; under periodic/none it stays in the page
+ * cache. Background syncs and kernel writeback are not separate steps: a
+ * power cut chooses whether the page cache had reached the disk since the
+ * last full sync (all or nothing; exact for one record, see CRASH). */
+#ifdef CRASHES
+#define SYNCED(r) \
+	if \
+	:: DISK_LIVE -> dk[r] = lg[r]; dt[r] = tl[r] \
+	:: else -> skip \
+	fi
+#define DIRTY(r) (dk[r] != lg[r] || dt[r] != tl[r])
+#define COMMIT_SYNC(r) \
+	if \
+	:: md[r] == 0 -> SYNCED(r) \
+	:: else -> skip \
+	fi
+#ifdef ON_COMMIT_ANSWERS_UNSYNCED
+#define ANSWER_SYNC(r) skip
+#else
+#define ANSWER_SYNC(r) COMMIT_SYNC(r)
+#endif
+/* Dead variables: once no unclean stop or clean restart is left in the
+ * bounds, nothing reads dk, dt or md again, so they are cleared (a sound
+ * reduction: states that differ only there have the same futures). */
+#define DISK_LIVE (nc < MAXC || nr < MAXR)
+inline ForgetDisk() {
+	if
+	:: !DISK_LIVE ->
+		for (i : 0 .. N - 1) { dk[i] = 0; dt[i] = 0; md[i] = 0 }
+	:: else -> skip
+	fi
+}
+#else
+#define SYNCED(r) skip
+#define COMMIT_SYNC(r) skip
+#define ANSWER_SYNC(r) skip
+#endif
 
 /* [RP-5] Recount the quorum mark of leader slot s after a pass in which
  * the followers in `mask` answered: a position counts a follower only if
@@ -198,6 +284,7 @@ inline Recount(s, mask) {
 		tl[who[s]]++; \
 		lg[who[s]] = lg[who[s]] | (lep[s] << (2 * (tl[who[s]] - 1))); \
 		nw++; \
+		COMMIT_SYNC(who[s]); \
 		printf("MSC: leader %d (epoch %d) appends position %d\n", who[s], lep[s], tl[who[s]]); \
 		Check() }
 
@@ -235,7 +322,8 @@ inline Exchange(s, f) {
 	repoch[f] = lep[s];
 	if
 	:: cpos[idx] == 0 || (tl[f] >= cpos[idx] && EP(f, cpos[idx]) == EP(who[s], cpos[idx])) ->
-		lg[f] = lg[who[s]]; tl[f] = tl[who[s]]; cpos[idx] = tl[f]
+		lg[f] = lg[who[s]]; tl[f] = tl[who[s]]; cpos[idx] = tl[f];
+		ANSWER_SYNC(f)
 	:: else -> cpos[idx] = 0
 	fi
 }
@@ -315,8 +403,13 @@ inline Hit(r) {
 	:: else -> skip \
 	fi
 #endif
+/* rot: the local check (a) of this start asked for a new id. A new id
+ * made at (a) is not replaced again at (c): it was never announced. */
 inline Startup(r) {
-	ROTATE_IF_BEHIND(r);
+	if
+	:: rot -> sid[r] = sid[r] + N; rot = 0
+	:: else -> ROTATE_IF_BEHIND(r)
+	fi;
 	reg[r] = sid[r];     /* register: a new incarnation, written to */
 	behind[r] = 0;       /* <data dir>/registration */
 	LEARN_EPOCH(r);
@@ -331,21 +424,149 @@ inline Startup(r) {
 /* Wipe (a fault): no storage-id file, so a new id [ID-1]. */
 #define WIPE(r) \
 	:: d_step { nf < MAXF && HITOK(r) -> \
-		Fault(); Hit(r); lg[r] = 0; tl[r] = 0; sid[r] = sid[r] + N; Startup(r); \
+		Fault(); Hit(r); lg[r] = 0; tl[r] = 0; SYNCED(r); sid[r] = sid[r] + N; Startup(r); \
 		printf("MSC: %d wiped, restarts with id %d\n", r, sid[r]); Check() }
 
 /* Clean stop and restart: same id [ID-3]. */
+#ifndef CRASHES
 #define RESTART(r) \
 	:: d_step { nr < MAXR && HITOK(r) -> \
 		nr++; Hit(r); Startup(r); \
 		printf("MSC: %d restarts cleanly, id %d\n", r, sid[r]); Check() }
+#else
+/* With crash rules: the graceful stop closes and syncs every store, then
+ * writes clean-stop; the machine may lose power while the broker is down
+ * (page cache lost, which after the sync holds nothing the disk lacks);
+ * the new run may be configured with another fsync mode (nm). Clean stop
+ * keeps the id whatever the boot id or syncfs say. */
+#ifdef CLEAN_STOP_SKIPS_SYNC
+#define STOP_SYNC(r) skip
+#define DIRTY_AFTER_STOP(r) DIRTY(r)
+#else
+#define STOP_SYNC(r) SYNCED(r)
+#define DIRTY_AFTER_STOP(r) 0
+#endif
+#define RESTART_AS(r, pl, nm) \
+	:: d_step { nr < MAXR && HITOK(r) && (!pl || !DIRTY_AFTER_STOP(r) || nf < MAXF) -> \
+		STOP_SYNC(r); nr++; Hit(r); \
+		if \
+		:: pl && DIRTY(r) -> Fault(); lg[r] = dk[r]; tl[r] = dt[r] \
+		:: else -> skip \
+		fi; \
+		md[r] = nm; Startup(r); \
+		printf("MSC: %d stops cleanly (power cut while down %d), holds %d, restarts with id %d, mode %d\n", r, pl, tl[r], sid[r], nm); \
+		ForgetDisk(); \
+		Check() }
+#define RESTART(r) RESTART_AS(r, 0, 0) RESTART_AS(r, 0, 1) RESTART_AS(r, 1, 0) RESTART_AS(r, 1, 1)
+
+/* [ID-3] The unclean-stop rows of datadir.Decide (decideLocal after the
+ * run-state says running; storage-id and registration are intact, a crash
+ * does not touch them). Facts: rs, the run-state record decodes; bk, both
+ * boot ids (recorded and current) are known; same, they are equal; sok,
+ * syncfs at this start succeeded; nm, the new run's configured mode. The
+ * recorded mode md[r] is the crashed run's. Order as in the code: mode,
+ * boot unknown, boot changed, syncfs failed. Sets rot. */
+#ifdef CONFIGURED_MODE_DECIDES
+#define CRASHED_MODE(r, nm) nm
+#else
+#define CRASHED_MODE(r, nm) md[r]
+#endif
+#ifdef UNCLEAN_KEEPS_ANY_MODE
+#define KEEPS_BY_MODE(r, nm) 1
+#else
+#define KEEPS_BY_MODE(r, nm) (CRASHED_MODE(r, nm) == 0)
+#endif
+#ifdef UNKNOWN_RUN_STATE_KEEPS_ID
+#define RS_UNKNOWN_ROTATES 0
+#else
+#define RS_UNKNOWN_ROTATES 1
+#endif
+#ifdef UNKNOWN_BOOT_KEEPS_ID
+#define BOOT_UNKNOWN_ROTATES(bk) 0
+#define BOOT_SAME(bk, same) (!bk || same)
+#else
+#define BOOT_UNKNOWN_ROTATES(bk) (!bk)
+#define BOOT_SAME(bk, same) same
+#endif
+#ifdef IGNORE_BOOT_ID
+#define BOOT_CHANGED_ROTATES(bk, same) 0
+#else
+#define BOOT_CHANGED_ROTATES(bk, same) (!BOOT_SAME(bk, same))
+#endif
+#ifdef IGNORE_SYNCFS_FAILURE
+#define SYNCFS_FAILED_ROTATES(sok) 0
+#else
+#define SYNCFS_FAILED_ROTATES(sok) (!sok)
+#endif
+inline DecideUnclean(r, rs, bk, same, sok, nm) {
+	if
+	:: !rs -> rot = RS_UNKNOWN_ROTATES
+	:: else ->
+		if
+		:: KEEPS_BY_MODE(r, nm) -> rot = 0
+		:: else ->
+			if
+			:: BOOT_UNKNOWN_ROTATES(bk) -> rot = 1
+			:: else ->
+				if
+				:: BOOT_CHANGED_ROTATES(bk, same) -> rot = 1
+				:: else ->
+					if
+					:: SYNCFS_FAILED_ROTATES(sok) -> rot = 1
+					:: else -> rot = 0
+					fi
+				fi
+			fi
+		fi
+	fi
+}
+
+/* An unclean stop of replica r and its restart, in one step. ph is what
+ * happened:
+ *   0  the process died, the page cache survived: same boot, and syncfs
+ *      at start succeeds and writes the page cache back;
+ *   1  the process died and writeback failed (only with dirty pages): the
+ *      kernel dropped them, so the replica holds what is on disk; same
+ *      boot, syncfs fails;
+ *   2  the machine lost power before the page cache reached the disk: the
+ *      replica holds what is on disk; the boot id changed; syncfs
+ *      succeeds (the lost pages are no longer there to fail);
+ *   3  as 2, but writeback had finished before the cut (only with dirty
+ *      pages): nothing is lost; the boot id changed.
+ * One that loses records is a fault. rs, bk: whether the run-state record
+ * decodes and both boot ids are known (else missing or corrupt record,
+ * boot=- recorded, or boot_id unreadable now). nm: the new run's mode.
+ * Then the rest of the start (Startup). */
+#define LOSES(ph) (ph == 1 || ph == 2)
+#define PH_0 "MSC: %d stops uncleanly (process died, page cache kept), holds %d; run-state mode %d, readable %d; boot ids known %d: rotate %d\n"
+#define PH_1 "MSC: %d stops uncleanly (process died, writeback failed), holds %d; run-state mode %d, readable %d; boot ids known %d: rotate %d\n"
+#define PH_2 "MSC: %d stops uncleanly (power cut), holds %d; run-state mode %d, readable %d; boot ids known %d: rotate %d\n"
+#define PH_3 "MSC: %d stops uncleanly (power cut after writeback), holds %d; run-state mode %d, readable %d; boot ids known %d: rotate %d\n"
+#define CRASH(r, ph, rs, bk, nm) \
+	:: d_step { nc < MAXC && HITOK(r) && ((ph != 1 && ph != 3) || DIRTY(r)) && \
+		(!LOSES(ph) || !DIRTY(r) || nf < MAXF) -> \
+		nc++; Hit(r); \
+		if \
+		:: LOSES(ph) && DIRTY(r) -> Fault(); lg[r] = dk[r]; tl[r] = dt[r] \
+		:: else -> SYNCED(r) \
+		fi; \
+		DecideUnclean(r, rs, bk, (ph <= 1), (ph != 1), nm); \
+		printf(PH_ ## ph, r, tl[r], md[r], rs, bk, rot); \
+		md[r] = nm; Startup(r); \
+		printf("MSC: %d restarts with id %d, mode %d\n", r, sid[r], nm); \
+		ForgetDisk(); \
+		Check() }
+#define CRASH_FACTS(r, ph) CRASH(r, ph, 1, 1, 0) CRASH(r, ph, 1, 1, 1) \
+	CRASH(r, ph, 1, 0, 0) CRASH(r, ph, 1, 0, 1) CRASH(r, ph, 0, 1, 0) CRASH(r, ph, 0, 1, 1)
+#define CRASHES_OF(r) CRASH_FACTS(r, 0) CRASH_FACTS(r, 1) CRASH_FACTS(r, 2) CRASH_FACTS(r, 3)
+#endif
 
 /* Restore from an old copy (a fault): the directory holds k < tail records
  * and the registration it saw is behind the control plane's. */
 #define RESTORE(r, k) \
 	:: d_step { nf < MAXF && HITOK(r) && k < tl[r] -> \
 		Fault(); Hit(r); lg[r] = lg[r] & ((1 << (2 * k)) - 1); tl[r] = k; behind[r] = 1; \
-		Startup(r); \
+		SYNCED(r); Startup(r); \
 		printf("MSC: %d restored to %d records, restarts with id %d\n", r, k, sid[r]); Check() }
 
 /* Placement [CP-1..3] of n while the leader is down, then the fence at a
@@ -405,6 +626,7 @@ inline Fence(n, mask) {
 	};
 	lg[n] = lg[best];
 	tl[n] = tl[best];
+	COMMIT_SYNC(n);
 	ep++;
 	repoch[n] = ep;
 	for (i : 0 .. N - 1) {
@@ -442,7 +664,13 @@ inline Fence(n, mask) {
 	LOOKUP(s, 0) LOOKUP(s, 1) LOOKUP(s, 2) \
 	PASS(s, 1) PASS(s, 2) PASS(s, 3) PASS(s, 4) PASS(s, 5) PASS(s, 6) PASS(s, 7)
 #endif
+#if defined(CRASHES) && defined(CRASHES_ONLY)
+#define REPLICA(r) RESTART(r) CRASHES_OF(r)
+#elif defined(CRASHES)
+#define REPLICA(r) WIPE(r) RESTART(r) RESTORE(r, 0) RESTORE(r, 1) RS2(r) CRASHES_OF(r)
+#else
 #define REPLICA(r) WIPE(r) RESTART(r) RESTORE(r, 0) RESTORE(r, 1) RS2(r)
+#endif
 #if P > 2
 #define RS2(r) RESTORE(r, 2)
 #else
@@ -450,11 +678,26 @@ inline Fence(n, mask) {
 #endif
 
 init {
+#ifdef CRASHES
+	/* Every replica starts in the cluster's mode (followers start alike):
+	 * START_MODE, or either. */
+#ifdef START_MODE
+	md[0] = START_MODE;
+#else
+	if
+	:: md[0] = 0
+	:: md[0] = 1
+	fi;
+#endif
+#endif
 	d_step {
 		for (i : 0 .. N - 1) {
 			sid[i] = i + 1;
 			reg[i] = i + 1;
 			repoch[i] = 1;
+#ifdef CRASHES
+			md[i] = md[0];
+#endif
 			cid[i] = i + 1   /* the first leader learned every id */
 		};
 		ldr = 0;

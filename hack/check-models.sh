@@ -86,6 +86,26 @@ CONFIGS=(
 	"FelixStorageIdentityRestartDeep|FelixStorageIdentity|-DMAXF=2 -DMAXR=1|PASS|full"
 	# Deeper: 5 replicas, 2 records, 2 faults.
 	"FelixStorageIdentityTwoRecords|FelixStorageIdentity|-DMAXW=2 -DMAXF=2 -DMAXR=0|PASS|full"
+
+	# Crash rules [ID-3] (-DCRASHES): unclean stops are the replica events
+	# (no wipes or restores), 5 replicas, 1 record, 2 faults, 1 unclean stop,
+	# the cluster starting in periodic/none.
+	"FelixStorageIdentityCrash|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1|PASS|default"
+	"FelixStorageIdentityUncleanKeepsAnyMode|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DUNCLEAN_KEEPS_ANY_MODE|NoAckedLoss|default"
+	"FelixStorageIdentityConfiguredModeDecides|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DCONFIGURED_MODE_DECIDES|NoAckedLoss|default"
+	"FelixStorageIdentityIgnoreBootId|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DIGNORE_BOOT_ID|NoAckedLoss|default"
+	"FelixStorageIdentityIgnoreSyncfsFailure|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DIGNORE_SYNCFS_FAILURE|NoAckedLoss|default"
+	"FelixStorageIdentityUnknownBootKeepsId|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DUNKNOWN_BOOT_KEEPS_ID|NoAckedLoss|default"
+	"FelixStorageIdentityUnknownRunStateKeepsId|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DUNKNOWN_RUN_STATE_KEEPS_ID|NoAckedLoss|default"
+	# The same, the cluster starting in on-commit.
+	"FelixStorageIdentityCrashOnCommit|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=0 -DMAXF=2 -DMAXR=0 -DMAXC=1|PASS|default"
+	"FelixStorageIdentityOnCommitAnswersUnsynced|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=0 -DMAXF=2 -DMAXR=0 -DMAXC=1 -DON_COMMIT_ANSWERS_UNSYNCED|NoAckedLoss|default"
+	# A clean stop in periodic/none, with a power cut while the broker is down.
+	"FelixStorageIdentityCrashCleanStop|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=1 -DMAXC=0|PASS|default"
+	"FelixStorageIdentityCleanStopSkipsSync|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=1 -DMAXC=0 -DCLEAN_STOP_SKIPS_SYNC|NoAckedLoss|default"
+	# Deeper: both start modes, wipes and restores too; two unclean stops.
+	"FelixStorageIdentityCrashDeep|FelixStorageIdentity|-DCRASHES -DMAXF=2 -DMAXR=0 -DMAXC=1|PASS|full"
+	"FelixStorageIdentityCrashTwice|FelixStorageIdentity|-DCRASHES -DCRASHES_ONLY -DSTART_MODE=1 -DMAXF=2 -DMAXR=0 -DMAXC=2|PASS|full"
 )
 
 if [[ $full == 1 ]]; then
