@@ -24,8 +24,12 @@
 //   - a read served from offset f is legal only if f is at or above the
 //     floor, and returns exactly the data records of the log in
 //     [f, next): none missing, none added, none below the floor; a read
-//     refused with CursorTooOld is legal only below the floor, naming it
-//     [TR-4].
+//     refused with CursorTooOld is legal only below the floor it names,
+//     which must not be above the floor of the trims linearized so far
+//     [TR-4]. A read may stop short of the tail (its limits, or the
+//     serving broker's committed end): the model does not check that a
+//     read sees the latest acknowledged record, only that what it returns
+//     is the log.
 //
 // Offsets a leader takes for its own bookkeeping (the fence record a new
 // leader writes at its epoch) are not client operations: the model lets

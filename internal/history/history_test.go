@@ -108,9 +108,25 @@ func TestModelVerdicts(t *testing.T) {
 			add(1, 5, 6, readIn(1), readOK(3, rec(1, "b"))).
 			add(1, 7, 8, readIn(0), tooOld(1)).
 			add(0, 9, 10, appendIn("c"), ok(3)), porcupine.Ok},
+		{"earliest reads from the floor", new(h).
+			add(0, 1, 2, appendIn("a", "b"), ok(0)).
+			add(0, 3, 4, trimIn(1, 2), trimOK(1)).
+			add(1, 5, 6, Input{Kind: Read, Earliest: true}, readOK(3, rec(1, "b"))), porcupine.Ok},
+		{"earliest serving a record below the floor", new(h).
+			add(0, 1, 2, appendIn("a", "b"), ok(0)).
+			add(0, 3, 4, trimIn(1, 2), trimOK(1)).
+			add(1, 5, 6, Input{Kind: Read, Earliest: true}, readOK(3, rec(0, "a"), rec(1, "b"))), porcupine.Illegal},
 		{"CursorTooOld with no trim", new(h).
 			add(0, 1, 2, appendIn("a"), ok(0)).
 			add(1, 3, 4, readIn(0), tooOld(1)), porcupine.Illegal},
+		{"CursorTooOld naming a floor no trim set", new(h).
+			add(0, 1, 2, appendIn("a", "b", "c"), ok(0)).
+			add(0, 3, 4, trimIn(1, 3), trimOK(1)).
+			add(1, 5, 6, readIn(1), tooOld(2)), porcupine.Illegal},
+		{"CursorTooOld at or above the floor it names", new(h).
+			add(0, 1, 2, appendIn("a", "b"), ok(0)).
+			add(0, 3, 4, trimIn(1, 2), trimOK(1)).
+			add(1, 5, 6, readIn(1), tooOld(1)), porcupine.Illegal},
 		{"a trim takes an offset", new(h).
 			add(0, 1, 2, appendIn("a"), ok(0)).
 			add(0, 3, 4, trimIn(1, 1), trimOK(1)).
@@ -215,9 +231,11 @@ func TestRecorderStats(t *testing.T) {
 	r.Invoke(1, readIn(0)).Complete(readOK(2, rec(0, "a"), rec(1, "b")))
 	c.t = 5
 	ops, st := r.Operations()
-	want := Stats{Ops: 3, OK: 2, Unknown: 1, UnknownLanded: 1}
-	if st != want {
-		t.Fatalf("stats %+v, want %+v", st, want)
+	if st.Ops != 3 || st.OK != 2 || st.Unknown != 1 || st.UnknownLanded != 1 {
+		t.Fatalf("stats %+v, want 3 ops, 2 ok, 1 unknown, landed", st)
+	}
+	if got, want := st.String(), "append 1/0/1, read 1/0/0"; got != want {
+		t.Fatalf("stats %q, want %q", got, want)
 	}
 	if got := ops[1].Return; got != 6 {
 		t.Fatalf("unknown op returns at %d, want the end of the history (6)", got)

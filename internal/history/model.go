@@ -205,6 +205,9 @@ func stepTrim(s State, in Input, out Output) []State {
 func stepRead(s State, in Input, out Output) []State {
 	switch out.Status {
 	case OK:
+		if in.Earliest {
+			in.From = s.Floor
+		}
 		if in.From < s.Floor || out.Next < in.From {
 			return nil
 		}
@@ -225,7 +228,9 @@ func stepRead(s State, in Input, out Output) []State {
 		}
 		return []State{s}
 	case Refused:
-		if out.Refusal == CursorTooOld && (in.From >= s.Floor || out.Floor != s.Floor) {
+		// Below the floor it names, which no acknowledged trim has passed
+		// yet (a broker whose view is behind may name an older floor).
+		if out.Refusal == CursorTooOld && (in.Earliest || in.From >= out.Floor || out.Floor > s.Floor) {
 			return nil
 		}
 		return []State{s}
@@ -282,7 +287,11 @@ func describe(in Input, out Output) string {
 	case Trim:
 		fmt.Fprintf(&b, "trim(floor %d @%d)", in.Floor, in.ExpectTail)
 	case Read:
-		fmt.Fprintf(&b, "read(%d)", in.From)
+		if in.Earliest {
+			b.WriteString("read(earliest)")
+		} else {
+			fmt.Fprintf(&b, "read(%d)", in.From)
+		}
 	}
 	switch out.Status {
 	case OK:

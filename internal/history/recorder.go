@@ -1,7 +1,9 @@
 package history
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/anishathalye/porcupine"
@@ -46,6 +48,8 @@ type Input struct {
 	ExpectTail uint64 // ConditionalAppend and Trim
 	Floor      uint64 // Trim
 	From       uint64 // Read
+	// Earliest reads from the floor (From is then ignored) [TR-4].
+	Earliest bool
 }
 
 // Status is how an operation ended.
@@ -124,8 +128,12 @@ type Call struct {
 }
 
 // Invoke records the invocation of in by client (a small integer, one per
-// sequential client) and returns the call to complete.
+// sequential client) and returns the call to complete. On a nil Recorder
+// it records nothing and returns a nil Call, whose Complete does nothing.
 func (r *Recorder) Invoke(client int, in Input) *Call {
+	if r == nil {
+		return nil
+	}
 	in.IDs = append([]string(nil), in.IDs...)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -137,6 +145,9 @@ func (r *Recorder) Invoke(client int, in Input) *Call {
 // Complete records the operation's outcome. A call never completed counts
 // as Unknown.
 func (c *Call) Complete(out Output) {
+	if c == nil {
+		return
+	}
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
 	if c.done {
@@ -151,6 +162,19 @@ type Stats struct {
 	Ops, OK, Refused, Unknown int
 	// UnknownLanded are unknown appends some read showed landed.
 	UnknownLanded int
+	// Kinds counts the operations of each kind as "ok/refused/unknown".
+	Kinds map[Kind][3]int
+}
+
+// String is the counts per kind, e.g. "append 10/0/1, read 5/2/0".
+func (st Stats) String() string {
+	var parts []string
+	for k := Append; k <= Read; k++ {
+		if c, ok := st.Kinds[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d/%d/%d", k, c[0], c[1], c[2]))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Operations returns the history for porcupine: unknown operations (and
@@ -168,7 +192,7 @@ func (r *Recorder) Operations() ([]porcupine.Operation, Stats) {
 			}
 		}
 	}
-	var st Stats
+	st := Stats{Kinds: map[Kind][3]int{}}
 	ops := make([]porcupine.Operation, 0, len(r.ops))
 	for _, c := range r.ops {
 		out, ret := c.out, c.ret
@@ -185,14 +209,19 @@ func (r *Recorder) Operations() ([]porcupine.Operation, Stats) {
 			}
 		}
 		st.Ops++
+		kc := st.Kinds[c.in.Kind]
 		switch out.Status {
 		case OK:
 			st.OK++
+			kc[0]++
 		case Refused:
 			st.Refused++
+			kc[1]++
 		default:
 			st.Unknown++
+			kc[2]++
 		}
+		st.Kinds[c.in.Kind] = kc
 		ops = append(ops, porcupine.Operation{ClientId: c.client, Input: c.in, Call: c.call, Output: out, Return: ret})
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
