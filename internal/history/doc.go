@@ -44,4 +44,12 @@
 // whose records some read returned landed there (once, at those offsets);
 // one no read returned is taken as not landed (its offsets, if it did
 // land, are indistinguishable from bookkeeping records to every read).
+//
+// porcupine keeps a bitset of a whole partition per cached state, so
+// memory grows with the square of a partition's length; a shard's history
+// longer than 10,000 operations is cut at quiescent points into segments,
+// each checked from a snapshot of what the earlier ones leave (see
+// segments). Operations that are legal in every state and change none
+// (unanswered reads, unknown appends no read returned, refusals that
+// write nothing and check nothing) are dropped first.
 package history

@@ -105,6 +105,8 @@ func step(s State, in Input, out Output) []State {
 		return stepTrim(s, in, out)
 	case Read:
 		return stepRead(s, in, out)
+	case snapshot:
+		return in.snap
 	}
 	return nil
 }
@@ -255,7 +257,11 @@ func Model() porcupine.Model {
 				}
 				parts[i] = append(parts[i], op)
 			}
-			return parts
+			var segs [][]porcupine.Operation
+			for _, p := range parts {
+				segs = append(segs, segments(p)...)
+			}
+			return segs
 		},
 		Init: func() []interface{} { return []interface{}{State{}} },
 		Step: func(st, in, out interface{}) []interface{} {
@@ -286,6 +292,8 @@ func describe(in Input, out Output) string {
 		fmt.Fprintf(&b, "append(%s @%d)", strings.Join(in.IDs, ","), in.ExpectTail)
 	case Trim:
 		fmt.Fprintf(&b, "trim(floor %d @%d)", in.Floor, in.ExpectTail)
+	case snapshot:
+		return fmt.Sprintf("snapshot of the earlier segments (%d states)", len(in.snap))
 	case Read:
 		if in.Earliest {
 			b.WriteString("read(earliest)")

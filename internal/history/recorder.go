@@ -50,6 +50,8 @@ type Input struct {
 	From       uint64 // Read
 	// Earliest reads from the floor (From is then ignored) [TR-4].
 	Earliest bool
+
+	snap []State // the states a snapshot operation moves to
 }
 
 // Status is how an operation ended.
