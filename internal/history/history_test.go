@@ -98,6 +98,16 @@ func TestModelVerdicts(t *testing.T) {
 			add(0, 1, 2, appendIn("a"), ok(0)).
 			add(0, 3, 4, condIn(1, "b"), mismatch(2)).
 			add(0, 5, 6, appendIn("c"), ok(1)), porcupine.Illegal},
+		{"a refusal at the offset of a trim not yet committed, reads below its floor meanwhile", new(h).
+			add(0, 1, 2, appendIn("a", "b"), ok(0)).
+			add(0, 3, 20, trimIn(1, 2), trimOK(1)).
+			add(1, 4, 5, condIn(2, "c"), mismatch(3)).
+			add(2, 6, 7, readIn(0), readOK(2, rec(0, "a"), rec(1, "b"))).
+			add(1, 21, 22, condIn(3, "d"), ok(3)), porcupine.Ok},
+		{"a refusal at the tail, then data at that offset", new(h).
+			add(0, 1, 2, appendIn("a", "b"), ok(0)).
+			add(1, 4, 5, condIn(2, "c"), mismatch(3)).
+			add(0, 6, 7, appendIn("d"), ok(2)), porcupine.Illegal},
 		{"a read below an acknowledged trim's floor", new(h).
 			add(0, 1, 2, appendIn("a", "b"), ok(0)).
 			add(0, 3, 4, trimIn(1, 2), trimOK(1)).

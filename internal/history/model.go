@@ -65,11 +65,18 @@ func below(n *node, x uint64) *node {
 // record hold bookkeeping records (trims, fences).
 type State struct {
 	Tail, Floor uint64
-	head        *node
+	// Reserved says offset Tail is taken by a record that is not a
+	// client's data (a fence, or a trim not yet acknowledged): an
+	// OffsetMismatch at the tail showed it.
+	Reserved bool
+	head     *node
 }
 
 func (s State) hash() uint64 {
 	h := s.Tail*0x100000001b3 ^ s.Floor*0x9e3779b97f4a7c15
+	if s.Reserved {
+		h ^= 0x5bd1e995
+	}
 	if s.head != nil {
 		h ^= s.head.hash
 	}
@@ -88,7 +95,7 @@ func (s State) records() int {
 // share no nodes (two branches that appended the same records) would
 // make every comparison cost the length of the log.
 func equal(a, b State) bool {
-	if a.Tail != b.Tail || a.Floor != b.Floor || a.records() != b.records() {
+	if a.Tail != b.Tail || a.Floor != b.Floor || a.Reserved != b.Reserved || a.records() != b.records() {
 		return false
 	}
 	if a.head == b.head {
@@ -115,9 +122,10 @@ func step(s State, in Input, out Output) []State {
 
 // land puts ids at [first, ...) if first is at or above the tail.
 func land(s State, ids []string, first uint64) (State, bool) {
-	if first < s.Tail {
+	if first < s.Tail || (s.Reserved && first == s.Tail) {
 		return s, false
 	}
+	s.Reserved = false
 	for i, id := range ids {
 		s.head = push(s.head, first+uint64(i), id)
 	}
@@ -126,12 +134,14 @@ func land(s State, ids []string, first uint64) (State, bool) {
 }
 
 // refusedMismatch: an OffsetMismatch is legal if the tail differed from
-// expected, or if a record the history does not show took the offset.
+// expected, or if a record that is not a client's data takes the offset:
+// a fence, or a trim the leader has written but not yet committed (its
+// floor moves only when it commits [TR-2], so reads in between still see
+// the old floor). The offset is then reserved: no data lands there.
 func refusedMismatch(s State, expected uint64) []State {
-	if expected != s.Tail {
-		return []State{s}
+	if expected == s.Tail {
+		s.Reserved = true
 	}
-	s.Tail++
 	return []State{s}
 }
 
@@ -174,6 +184,9 @@ func trimmed(s State, in Input) (State, bool) {
 	if in.ExpectTail < s.Tail {
 		return s, false
 	}
+	if in.ExpectTail > s.Tail {
+		s.Reserved = false // the reserved offset held a fence
+	}
 	s.Tail = in.ExpectTail
 	if in.Floor <= s.Floor {
 		return s, true
@@ -181,7 +194,7 @@ func trimmed(s State, in Input) (State, bool) {
 	if in.Floor > in.ExpectTail {
 		return s, false // BadRequest: floor above the trim's own offset
 	}
-	s.Tail, s.Floor = in.ExpectTail+1, in.Floor
+	s.Tail, s.Floor, s.Reserved = in.ExpectTail+1, in.Floor, false
 	return s, true
 }
 
@@ -228,7 +241,7 @@ func stepRead(s State, in Input, out Output) []State {
 			return nil // a record of the log missing from the answer
 		}
 		if out.Next > s.Tail {
-			s.Tail = out.Next // bookkeeping records the read skipped
+			s.Tail, s.Reserved = out.Next, false // bookkeeping records the read skipped
 		}
 		return []State{s}
 	case Refused:
@@ -279,7 +292,11 @@ func Model() porcupine.Model {
 		DescribeOperation: func(in, out interface{}) string { return describe(in.(Input), out.(Output)) },
 		DescribeState: func(st interface{}) string {
 			s := st.(State)
-			return fmt.Sprintf("tail %d, floor %d, %d records", s.Tail, s.Floor, s.records())
+			r := ""
+			if s.Reserved {
+				r = " (tail reserved)"
+			}
+			return fmt.Sprintf("tail %d%s, floor %d, %d records", s.Tail, r, s.Floor, s.records())
 		},
 	}
 	return nm.ToModel()
