@@ -36,9 +36,11 @@
 // the tail move past offsets that hold no data record when an
 // acknowledgement or a read shows it did. A conditional append or trim
 // refused with OffsetMismatch is legal when the tail differed, or when a
-// record the history does not show (a fence) took the expected offset;
-// the tail the refusal names is not checked, since it may count records
-// not yet committed.
+// record that is not a client's data takes the expected offset (a fence,
+// or a trim written and not yet committed, whose floor reads do not see
+// until it commits [TR-2]): the offset is then reserved, and no data may
+// land there. The tail the refusal names is not checked, since it may
+// count records not yet committed.
 //
 // Unknown appends are resolved from the reads of the same history: one
 // whose records some read returned landed there (once, at those offsets);
