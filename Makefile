@@ -73,6 +73,14 @@ test: ## Run every test: lint, drift check, unit, envtest, fuzz seeds, models, i
 unit: envtest-bins ## Go tests (envtest included) with the race detector off.
 	KUBEBUILDER_ASSETS="$$(hack/build-envtest.sh)" $(GO) test ./... -count=1
 
+NEMESIS_DURATION ?= 20m
+NEMESIS_SEED     ?= 0
+
+.PHONY: nemesis
+nemesis: envtest-bins ## Local-cluster nemesis with the history (linearizability) check; NEMESIS_DURATION=20m, NEMESIS_SEED=0 (from the clock).
+	FELIX_NEMESIS_DURATION=$(NEMESIS_DURATION) FELIX_NEMESIS_SEED=$(NEMESIS_SEED) KUBEBUILDER_ASSETS="$$(hack/build-envtest.sh)" \
+		$(GO) test ./test/localcluster -run '^(TestLocalCluster|TestLocalClusterContainers)$$/^Nemesis$$' -v -count=1 -timeout 3h
+
 .PHONY: models
 models: ## Model-check formal/ with SPIN, twins included.
 	hack/check-models.sh

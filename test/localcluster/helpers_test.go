@@ -26,6 +26,7 @@ import (
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 	"felix.dev/felix/controllers"
+	"felix.dev/felix/internal/history"
 	"felix.dev/felix/internal/localcluster"
 	"felix.dev/felix/internal/testenv"
 )
@@ -525,6 +526,12 @@ type writer struct {
 // startWriter starts the workload on stream; its payloads are
 // prefix-<n>, and it waits pace after each acknowledged append.
 func startWriter(tn *tenant, stream, prefix string, pace time.Duration) *writer {
+	return startWriterRecorded(tn, stream, prefix, pace, nil)
+}
+
+// startWriterRecorded is startWriter recording every append in rec (if
+// not nil) as client 0.
+func startWriterRecorded(tn *tenant, stream, prefix string, pace time.Duration, rec *history.Recorder) *writer {
 	ctx, stop := context.WithCancel(tn.ctx)
 	w := &writer{acked: map[uint64]string{}, stop: stop, done: make(chan struct{})}
 	go func() {
@@ -547,7 +554,9 @@ func startWriter(tn *tenant, stream, prefix string, pace time.Duration) *writer 
 				p := fmt.Sprintf("%s-%d", prefix, n)
 				n++
 				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				call := rec.Invoke(0, history.Input{Shard: stream, Kind: history.Append, IDs: []string{p}})
 				ok, err := cl.Append(actx, record.ShardID{Stream: stream}, []record.Record{{Payload: []byte(p)}}, nil)
+				call.Complete(appendOutcome(ok, err))
 				acancel()
 				if err != nil {
 					w.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/internal/history"
 	"felix.dev/felix/internal/localcluster"
 )
 
@@ -50,20 +51,39 @@ func nemesisSettings(t *testing.T) (time.Duration, uint64) {
 // replica caught up (so at most one replica is faulty at once). At the end
 // every acknowledged record is read back exactly once, in offset order,
 // from the leader. It prints the faults injected and the records verified.
-func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster) {
-	duration, seed := nemesisSettings(t)
+//
+// Every client operation (the writer's, and those of a second workload on
+// a second stream: appends with and without an expected tail, reads from
+// random offsets, conditional trims) is recorded and the history checked
+// for linearizability against the shard log model (internal/history).
+// With partitions (container mode, on the runner's bridge network) a
+// fourth fault cuts a random broker off the network for 1-8 s.
+func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster, duration time.Duration, partitions bool) {
+	_, seed := nemesisSettings(t)
+	// The faults by kind; the last, partition, only in container mode.
+	faultNames := []string{"kill -9", "freeze", "wipe", "partition"}
 	t.Logf("nemesis for %s, seed %d (-nemesis.seed=%d or FELIX_NEMESIS_SEED=%d replays the fault choices; timing still varies)", duration, seed, seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	tn := newTenant(t, ctx, lc, "nemesis", 3, felixv1.FsyncPeriodic)
 	defer tn.close()
 	tn.stream("nemesis")
+	tn.stream("nemesis-h")
+
+	// Every client operation is recorded, with its invocation and
+	// completion, for the linearizability check at the end.
+	start := time.Now()
+	rec := history.NewRecorder(func() int64 { return int64(time.Since(start)) })
 
 	// The workload: one sequential writer to the current leader, never
 	// retrying blindly (an append whose outcome is unknown is not counted),
 	// at a steady, modest rate: the run is about faults, and a wiped
 	// replica must be copied again between them.
-	w := startWriter(tn, "nemesis", "n", 2*time.Millisecond)
+	w := startWriterRecorded(tn, "nemesis", "n", 2*time.Millisecond, rec)
 	defer w.finish()
+	// On a second stream: appends with and without an expected tail,
+	// reads from random offsets and conditional trims, concurrently.
+	hw := startHistoryWorkload(tn, "nemesis-h", rec, seed)
+	defer hw.finish()
 
 	faults := map[string]int{}
 	end := time.Now().Add(duration)
@@ -74,7 +94,10 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 		tn.caughtUpSince("nemesis", healed, 3*time.Minute)
 		victim := fmt.Sprintf("%s-%d", tn.cluster, rng.IntN(3))
 		inc := tn.broker(victim).Incarnation
-		kind := rng.IntN(3)
+		kind := rng.IntN(len(faultNames) - 1)
+		if partitions {
+			kind = rng.IntN(len(faultNames))
+		}
 		pause := time.Duration(500+rng.IntN(2500)) * time.Millisecond
 		var err error
 		switch kind {
@@ -92,25 +115,35 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 				err = lc.Runner.Kill(tn.ns, victim)
 			}
 			faults["wipe"]++
+		case 3:
+			if err = lc.Runner.Partition(tn.ns, victim); err == nil {
+				time.Sleep(time.Duration(1000+rng.IntN(7000)) * time.Millisecond) // the fault itself
+				err = lc.Runner.Heal(tn.ns, victim)
+			}
+			faults["partition"]++
 		}
 		if err != nil {
 			t.Fatalf("fault on %s: %v", victim, err)
 		}
-		if kind != 1 {
+		if kind == 0 || kind == 2 {
 			tn.reregistered(victim, inc)
 		}
 		healed = time.Now()
-		t.Logf("fault %d: %s %s", faults["kill-9"]+faults["freeze"]+faults["wipe"], []string{"kill -9", "freeze", "wipe"}[kind], victim)
+		t.Logf("fault %d: %s %s", faults["kill-9"]+faults["freeze"]+faults["wipe"]+faults["partition"], faultNames[kind], victim)
 	}
 	acked, order, unknown := w.finish()
+	hw.finish()
 
 	s := tn.caughtUp("nemesis", 3*time.Minute)
-	got := tn.readAll(tn.broker(s.Status.Assignment.Leader).Address, "nemesis")
+	got := tn.recordedReadAll(rec, clientFinalReadBack, tn.broker(s.Status.Assignment.Leader).Address, "nemesis")
 	verified := checkAcked(t, acked, got, "the leader at the end")
 	checkOnceInOrder(t, got, order)
-	total := faults["kill-9"] + faults["freeze"] + faults["wipe"]
-	t.Logf("nemesis: %d faults injected (kill -9 %d, freeze %d, wipe %d) over %s; %d acknowledged records verified (%d appends with unknown outcome); %d records read from %s at epoch %d",
-		total, faults["kill-9"], faults["freeze"], faults["wipe"], duration, verified, unknown, len(got), s.Status.Assignment.Leader, s.Status.Assignment.Epoch)
+	sh := tn.caughtUp("nemesis-h", 3*time.Minute)
+	tn.recordedReadAll(rec, clientFinalRead, tn.broker(sh.Status.Assignment.Leader).Address, "nemesis-h")
+	checkHistory(t, rec, 2*time.Minute+duration/4)
+	total := faults["kill-9"] + faults["freeze"] + faults["wipe"] + faults["partition"]
+	t.Logf("nemesis: %d faults injected (kill -9 %d, freeze %d, wipe %d, partition %d) over %s; %d acknowledged records verified (%d appends with unknown outcome); %d records read from %s at epoch %d",
+		total, faults["kill-9"], faults["freeze"], faults["wipe"], faults["partition"], duration, verified, unknown, len(got), s.Status.Assignment.Leader, s.Status.Assignment.Epoch)
 	if len(acked) == 0 {
 		t.Fatal("the workload acknowledged nothing")
 	}

@@ -74,8 +74,10 @@ func dockerNetworkGone(t *testing.T, name string) {
 // partitioned leader is replaced and, healed, acknowledges nothing at its
 // old epoch and rejoins as a follower; a partitioned follower leaves the
 // shard committing with the remaining quorum and catches up once healed,
-// also after a restart while partitioned. FELIX_SKIP_DOCKER=1 skips it on
-// a machine without Docker.
+// also after a restart while partitioned. Last, the nemesis with
+// partitions added to its faults, for a third of the process-mode
+// nemesis's duration (at least 30 s), with the history check.
+// FELIX_SKIP_DOCKER=1 skips it on a machine without Docker.
 func TestLocalClusterContainers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("local cluster scenarios skipped with -short")
@@ -85,7 +87,8 @@ func TestLocalClusterContainers(t *testing.T) {
 	image := containerImage(t, &ts)
 	// The scenarios' deadline starts after the image build (minutes on a
 	// cold build cache).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	nemesis := containerNemesisDuration(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute+nemesis)
 	defer cancel()
 	network := fmt.Sprintf("felix-e2e-%d", os.Getpid())
 	dockerNetworkGone(t, network)
@@ -107,6 +110,14 @@ func TestLocalClusterContainers(t *testing.T) {
 	})
 	ts.run(t, "PartitionedLeaderReplacedAcknowledgesNothingAtOldEpoch", func(t *testing.T) { scenarioPartitionedLeader(tn.on(t)) })
 	ts.run(t, "PartitionedFollowerQuorumCommitsAndCatchesUp", func(t *testing.T) { scenarioPartitionedFollower(tn.on(t)) })
+	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, nemesis, true) })
+}
+
+// containerNemesisDuration is how long the container-mode nemesis (with
+// partitions) runs: a third of the process-mode nemesis, at least 30 s.
+func containerNemesisDuration(t *testing.T) time.Duration {
+	d, _ := nemesisSettings(t)
+	return max(30*time.Second, d/3)
 }
 
 // scenarioPartitionedLeader: under a sequential append workload on a

@@ -42,8 +42,8 @@ import (
 //     /live up, then registers and serves;
 //   - [ID-5]: a FelixBackup restored into a new cluster, every
 //     acknowledged record read back;
-//   - the nemesis (3 minutes; -nemesis.duration or FELIX_NEMESIS_DURATION
-//     runs longer).
+//   - the nemesis with the history check (3 minutes; -nemesis.duration or
+//     FELIX_NEMESIS_DURATION runs longer).
 //
 // Run one scenario with -run 'TestLocalCluster/<name>' (the cluster is
 // started anyway).
@@ -74,7 +74,7 @@ func TestLocalCluster(t *testing.T) {
 	ts.run(t, "ID4_BrokerHoldsWhileAPIServerDown", func(t *testing.T) { scenarioAPIServerDown(shared.on(t)) })
 	shared.close()
 	ts.run(t, "ID5_BackupRestoreReadsBack", func(t *testing.T) { scenarioBackupRestore(t, ctx, lc) })
-	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc) })
+	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, duration, false) })
 }
 
 // scenarioWipedFollower is scenario 4a: an idle 5-replica Quorum shard;
