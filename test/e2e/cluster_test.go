@@ -186,6 +186,10 @@ func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 	if c.timing.pass > 0 {
 		cmd.Args = append(cmd.Args, "--pass-interval", c.timing.pass.String())
 	}
+	// Tests wait for positions in the stored report, which a broker
+	// otherwise writes only at its 5-minute refresh (or with a change
+	// placement reads); extra may set another refresh.
+	cmd.Args = append(cmd.Args, "--report-refresh", "1s")
 	cmd.Args = append(cmd.Args, extra...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
