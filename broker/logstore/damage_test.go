@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"felix.dev/felix/broker/record"
+	"felix.dev/felix/internal/diskfault"
 )
 
 var otherLog = record.LogID{ShardID: record.ShardID{Stream: "payments", Shard: 1}, Log: record.LogData}
@@ -20,33 +21,11 @@ var otherLog = record.LogID{ShardID: record.ShardID{Stream: "payments", Shard: 1
 // marker in the files under dir (recursively) and returns the file's name.
 func flipInFiles(t *testing.T, dir string, marker []byte) string {
 	t.Helper()
-	var hit string
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		i := bytes.Index(b, marker)
-		if i < 0 {
-			return nil
-		}
-		if hit != "" {
-			return fmt.Errorf("marker in %s and %s", hit, path)
-		}
-		hit = path
-		b[i+len(marker)/2] ^= 0x40
-		return os.WriteFile(path, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
+	f, err := diskfault.FlipMarker(dir, marker)
+	if err != nil || len(f) != 1 {
+		t.Fatalf("marker found %d times (%v), want once", len(f), err)
 	}
-	if hit == "" {
-		t.Fatal("marker not found in any file")
-	}
-	return filepath.Base(hit)
+	return filepath.Base(f[0].Path)
 }
 
 // damageCases: where the newest batch of a log is kept, per mode.

@@ -1,12 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,29 +11,14 @@ import (
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/internal/diskfault"
 )
 
 // flipMarker flips a byte inside the one occurrence of marker under dir.
 func flipMarker(t *testing.T, dir, marker string) {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if i := bytes.Index(b, []byte(marker)); i >= 0 {
-			n++
-			b[i+len(marker)/2] ^= 0x20
-			return os.WriteFile(p, b, 0o644)
-		}
-		return nil
-	})
-	if err != nil || n != 1 {
-		t.Fatalf("marker found %d times (%v)", n, err)
+	if f, err := diskfault.FlipMarker(dir, []byte(marker)); err != nil || len(f) != 1 {
+		t.Fatalf("marker found %d times (%v)", len(f), err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
+	"felix.dev/felix/internal/diskfault"
 )
 
 func runFelix(t *testing.T, args ...string) (string, error) {
@@ -114,24 +115,8 @@ func TestLogInspectAndRepairCommands(t *testing.T) {
 
 func flipFile(t *testing.T, dir string, marker []byte) {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if i := bytes.Index(b, marker); i >= 0 {
-			n++
-			b[i+len(marker)/2] ^= 0x20
-			return os.WriteFile(p, b, 0o644)
-		}
-		return nil
-	})
-	if err != nil || n != 1 {
-		t.Fatalf("marker found %d times (%v)", n, err)
+	if f, err := diskfault.FlipMarker(dir, marker); err != nil || len(f) != 1 {
+		t.Fatalf("marker found %d times (%v)", len(f), err)
 	}
 }
 

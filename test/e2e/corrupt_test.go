@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -14,40 +13,18 @@ import (
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
+	"felix.dev/felix/internal/diskfault"
 )
 
 // flipEverywhere flips one byte inside every occurrence of marker in the
 // files under dir and returns how many it flipped.
 func flipEverywhere(t *testing.T, dir string, marker []byte) int {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		hit := false
-		for i := 0; ; {
-			j := bytes.Index(b[i:], marker)
-			if j < 0 {
-				break
-			}
-			b[i+j+len(marker)/2] ^= 0x20
-			i, hit = i+j+len(marker), true
-			n++
-		}
-		if hit {
-			return os.WriteFile(p, b, 0o644)
-		}
-		return nil
-	})
+	f, err := diskfault.FlipMarker(dir, marker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return len(f)
 }
 
 // Issue 25, on real broker processes under on-commit: a follower stopped

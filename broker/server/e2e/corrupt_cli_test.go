@@ -1,46 +1,22 @@
 package e2e
 
 import (
-	"bytes"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"felix.dev/felix/internal/diskfault"
 )
 
 // flipAll flips one byte inside every occurrence of marker under dir.
 func flipAll(t *testing.T, dir, marker string) int {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		hit := false
-		for i := 0; ; {
-			j := bytes.Index(b[i:], []byte(marker))
-			if j < 0 {
-				break
-			}
-			b[i+j+len(marker)/2] ^= 0x20
-			i, hit = i+j+len(marker), true
-			n++
-		}
-		if hit {
-			return os.WriteFile(p, b, 0o644)
-		}
-		return nil
-	})
+	f, err := diskfault.FlipMarker(dir, []byte(marker))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return len(f)
 }
 
 func metricsText(t *testing.T, b *brokerProc) string {
