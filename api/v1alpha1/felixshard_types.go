@@ -106,6 +106,13 @@ type ShardReport struct {
 	Committed int64 `json:"committed,omitempty"`
 	// TakenAt is when the leader took the report.
 	TakenAt metav1.Time `json:"takenAt"`
+	// ViewAt is when the leader took this view, on the leader's clock:
+	// the start of the replication pass the view describes, so every
+	// follower it calls caught up answered at or after it. It is a lower
+	// bound on the view's age for [CP-1]; a report without it (an older
+	// broker) never counts a follower registered without a storage id.
+	// +optional
+	ViewAt *metav1.MicroTime `json:"viewAt,omitempty"`
 	// Followers, one entry per follower.
 	// +listType=map
 	// +listMapKey=name

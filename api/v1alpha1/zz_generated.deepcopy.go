@@ -767,6 +767,10 @@ func (in *ShardEpoch) DeepCopy() *ShardEpoch {
 func (in *ShardReport) DeepCopyInto(out *ShardReport) {
 	*out = *in
 	in.TakenAt.DeepCopyInto(&out.TakenAt)
+	if in.ViewAt != nil {
+		in, out := &in.ViewAt, &out.ViewAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Followers != nil {
 		in, out := &in.Followers, &out.Followers
 		*out = make([]FollowerReport, len(*in))
