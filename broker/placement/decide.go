@@ -144,7 +144,15 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 		// restart is the only sign it may have lost its log. It counts
 		// under "" (the registry has no id for it), so the carry-over
 		// below never carries it into a later round.
-		missingFresh := idMissing && ageNow <= expiry && !viewAt.Before(b.RegisteredAt)
+		//
+		// The write time (viewAt) bounds the view's time only from above:
+		// the view may be a pass, the writer's hold and the write queue
+		// older. The leader's own time of the view (ViewAt, the start of
+		// the pass it describes, on the leader's clock) bounds it from
+		// below once the clock skew is taken off; a report without it
+		// never makes a missing id fresh [CP-3].
+		missingFresh := idMissing && ageNow <= expiry && !viewAt.Before(b.RegisteredAt) &&
+			(in.Twin.FreshnessFromRenewal || viewTakenAfter(rep.ViewAt, in.MaxClockSkew, b.RegisteredAt))
 		age := ageNow
 		if held {
 			age = heldAge
@@ -262,4 +270,15 @@ func restartedLeader(in Input, a Assignment, lost Reason, counted map[string]str
 	}
 	return Decision{Action: Promote, Reason: ReasonLeaderRestarted, Leader: a.Leader, Epoch: a.Epoch + 1,
 		LeaderIncarnation: lb.Incarnation, Counted: out}, true
+}
+
+// viewTakenAfter reports whether a view the leader took at viewAt, on its
+// own clock, was surely taken at or after registeredAt on the control
+// plane's clock, given that the leader's clock runs at most skew ahead
+// [CP-1]. An unknown viewAt (zero) never is.
+func viewTakenAfter(viewAt time.Time, skew time.Duration, registeredAt time.Time) bool {
+	if viewAt.IsZero() {
+		return false
+	}
+	return !viewAt.Add(-max(skew, 0)).Before(registeredAt)
 }

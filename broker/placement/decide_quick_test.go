@@ -43,6 +43,10 @@ func (randomInput) Generate(r *rand.Rand, _ int) reflect.Value {
 	if r.Intn(5) != 0 {
 		rep := &Report{Leader: leader, LeaderIncarnation: uint64(1 + r.Intn(3)), LeaderStorageID: leader + ids[r.Intn(3)],
 			Epoch: in.Assignment.Epoch, TakenAt: t0, Position: 10}
+		if r.Intn(4) != 0 { // else an older broker's report, without ViewAt
+			rep.ViewAt = t0.Add(-time.Duration(r.Intn(3000)) * time.Millisecond)
+		}
+		in.MaxClockSkew = time.Duration(r.Intn(3)) * 500 * time.Millisecond
 		if r.Intn(2) == 0 {
 			rep.VouchedAt = t0.Add(time.Duration(r.Intn(40)-5) * time.Second)
 		}
@@ -119,7 +123,8 @@ func TestCP_DecisionProperties(t *testing.T) {
 					vouched = rep.VouchedAt
 				}
 				if (b.StorageID == "" || f.StorageID == "") &&
-					(rep.TakenAt.Before(b.RegisteredAt) || in.Now.Sub(vouched) > ReportExpiry(in.NodeExpiry, in.Heartbeat)) {
+					(rep.TakenAt.Before(b.RegisteredAt) || in.Now.Sub(vouched) > ReportExpiry(in.NodeExpiry, in.Heartbeat) ||
+						rep.ViewAt.IsZero() || rep.ViewAt.Add(-in.MaxClockSkew).Before(b.RegisteredAt)) {
 					t.Logf("promoted %s (id missing on a side) from a report not fresh at its incarnation: %+v", d.Leader, rep)
 					return false
 				}

@@ -27,7 +27,7 @@ func world() Input {
 			"e": {StorageID: "E", Incarnation: 7, State: Up, LastHeartbeat: t0.Add(30 * time.Second)},
 		},
 		Assignment: &Assignment{Leader: "a", Epoch: 3, LeaderIncarnation: 1},
-		Report: &Report{Leader: "a", LeaderIncarnation: 1, LeaderStorageID: "A", Epoch: 3, TakenAt: t0, Position: 100,
+		Report: &Report{Leader: "a", LeaderIncarnation: 1, LeaderStorageID: "A", Epoch: 3, TakenAt: t0, ViewAt: t0.Add(-200 * time.Millisecond), Position: 100,
 			Followers: []FollowerReport{
 				{Broker: "b", StorageID: "B", CaughtUp: true, Confirmed: 120},
 				{Broker: "c", StorageID: "C", CaughtUp: true, Confirmed: 110},

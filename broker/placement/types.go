@@ -13,7 +13,10 @@
 //     can show the view was taken at the follower's current incarnation.
 //     A broker registered without an id (an older build) counts, under
 //     "", only from a fresh report taken at its current incarnation
-//     (Report.TakenAt no earlier than Broker.RegisteredAt); such a count
+//     (Report.TakenAt no earlier than Broker.RegisteredAt, and the
+//     leader's own time of the view, Report.ViewAt less Input.MaxClockSkew,
+//     no earlier either: TakenAt is the write, an upper bound on the
+//     view's time, ViewAt a lower bound); such a count
 //     is never carried into a later round. A renewal that vouches for an
 //     unchanged report (Report.VouchedAt) never makes it fresher at an
 //     incarnation.
@@ -116,6 +119,13 @@ type Report struct {
 	// incarnation: the vouched-for view may lag the leader's by up to a
 	// heartbeat, and was taken at TakenAt.
 	VouchedAt time.Time
+	// ViewAt is when the leader took the view, on the leader's clock: the
+	// start of the replication pass the view describes, so every follower
+	// it calls caught up answered at or after it. It is the lower bound
+	// [CP-1] needs for a follower registered without a storage id (TakenAt
+	// bounds the view's time only from above); zero when the leader did
+	// not say (an older broker), and then such a follower never counts.
+	ViewAt    time.Time
 	Position  uint64
 	Followers []FollowerReport
 }
@@ -134,6 +144,11 @@ type Input struct {
 	Now        time.Time
 	NodeExpiry time.Duration
 	Heartbeat  time.Duration
+	// MaxClockSkew bounds how far a broker's clock may run ahead of the
+	// control plane's. [CP-1] counts a follower registered without a
+	// storage id only if Report.ViewAt - MaxClockSkew is at or after its
+	// registration. Negative is taken as zero.
+	MaxClockSkew time.Duration
 	// Twin switches a rule off for the simulator's twins; zero in
 	// production.
 	Twin Twin
@@ -147,7 +162,8 @@ type Twin struct {
 	// FreshnessFromRenewal ([CP-1] freshness off): a missing-id follower's
 	// report counts as taken at the later of TakenAt and VouchedAt, so a
 	// renewal after the follower re-registered makes a view taken before
-	// it look fresh at its current incarnation.
+	// it look fresh at its current incarnation. The leader's own time of
+	// the view (Report.ViewAt) is not consulted either.
 	FreshnessFromRenewal bool
 }
 
