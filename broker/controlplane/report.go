@@ -98,6 +98,10 @@ func (c *Client) NewReportWriter(opts ReportOptions) *ReportWriter {
 // Set records the leader's current view of a shard it leads. Call it
 // whenever the view changes; the writer decides whether it is written now
 // (a change placement reads) or at the next refresh (positions only).
+// rep.ViewAt is the caller's time of the view (the start of the pass it
+// describes) and is written as given, never stamped here: Set comes after
+// the pass, so its time would bound the view only from above [CP-1]. A
+// view Set without ViewAt is written without it.
 func (w *ReportWriter) Set(shard string, rep felixv1.ShardReport) {
 	now := w.c.cfg.Clock.Now()
 	w.mu.Lock()
@@ -249,10 +253,9 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 		w.mu.Unlock()
 		return
 	}
-	rep := *st.want.DeepCopy()
+	rep := writtenReport(st.want, now)
 	sets := st.sets
 	w.mu.Unlock()
-	rep.TakenAt = metav1.NewTime(now)
 
 	body := map[string]any{
 		"apiVersion": felixv1.GroupVersion.String(),
@@ -282,6 +285,15 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 	if samePlacement(rep, st.want) {
 		st.dirtySince, st.flipsOnly = time.Time{}, false
 	}
+}
+
+// writtenReport is the report a write at now stores for the view want:
+// TakenAt is the write's time, ViewAt stays the view's own (the caller's
+// time of the view, never the write's) [CP-1].
+func writtenReport(want felixv1.ShardReport, now time.Time) felixv1.ShardReport {
+	rep := *want.DeepCopy()
+	rep.TakenAt = metav1.NewTime(now)
+	return rep
 }
 
 // sameBesidesCaughtUp reports whether a and b differ, in what placement

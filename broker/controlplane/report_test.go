@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -221,5 +222,41 @@ func TestCP1_RefreshWritesOnlyANewView(t *testing.T) {
 	w.mu.Unlock()
 	if due := w.due(); len(due) != 0 {
 		t.Fatalf("invalidated, no view Set since the last write: due = %v; want the next Set's", due)
+	}
+}
+
+// TestCP1_ReportKeepsTheViewsViewAt: the writer stores the time the
+// caller gave for its view, however late the view is written, and never
+// stamps one of its own: a write's (or Set's) time is an upper bound on
+// when the view was taken, and [CP-1] needs a lower bound.
+func TestCP1_ReportKeepsTheViewsViewAt(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	w := testClient(t, clk).NewReportWriter(ReportOptions{Refresh: time.Minute})
+	viewAt := metav1.NewMicroTime(clk.Now().Add(-300 * time.Millisecond))
+	r := rep(1, felixv1.FollowerReport{Name: "c-1", CaughtUp: true})
+	r.ViewAt = &viewAt
+	w.Set("s-0", r)
+	w.Set("s-1", rep(1, felixv1.FollowerReport{Name: "c-1", CaughtUp: true}))
+	clk.Step(2 * time.Second) // the write waits (hold, rate cap)
+	w.mu.Lock()
+	want0, want1 := w.shards["s-0"].want, w.shards["s-1"].want
+	w.mu.Unlock()
+	got := writtenReport(want0, clk.Now())
+	if got.ViewAt == nil || !got.ViewAt.Equal(&viewAt) {
+		t.Fatalf("written ViewAt = %v, want the view's %v", got.ViewAt, viewAt)
+	}
+	if !got.TakenAt.Time.Equal(clk.Now()) {
+		t.Fatalf("written TakenAt = %v, want the write's time %v", got.TakenAt, clk.Now())
+	}
+	if got := writtenReport(want1, clk.Now()); got.ViewAt != nil {
+		t.Fatalf("a view Set without ViewAt is written with ViewAt %v; want none", got.ViewAt)
+	}
+	// The caller's copy is not shared: changing it does not move the view's time.
+	viewAt.Time = viewAt.Add(time.Hour)
+	w.mu.Lock()
+	stored := w.shards["s-0"].want.ViewAt
+	w.mu.Unlock()
+	if stored.Equal(&viewAt) {
+		t.Fatalf("stored ViewAt follows the caller's later change")
 	}
 }

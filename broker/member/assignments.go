@@ -38,8 +38,10 @@ func ackMode(m felixv1.AckMode) replication.AckMode {
 
 // toShardReport renders a core report for FelixShard status.report [RP-6].
 // Positions and confirmations are those of the data log; CaughtUp is the
-// core's verdict over every log.
-func toShardReport(r replication.Report, now time.Time) felixv1.ShardReport {
+// core's verdict over every log. viewAt is when the pass the report
+// describes started (replica.Options.OnReport), the lower bound [CP-1]
+// needs; zero leaves ViewAt out.
+func toShardReport(r replication.Report, viewAt, now time.Time) felixv1.ShardReport {
 	out := felixv1.ShardReport{
 		Leader:            string(r.Leader),
 		LeaderIncarnation: int64(r.LeaderIncarnation),
@@ -48,6 +50,10 @@ func toShardReport(r replication.Report, now time.Time) felixv1.ShardReport {
 		Position:          int64(r.Position[record.LogData]),
 		Committed:         int64(r.Position[record.LogData]),
 		TakenAt:           metav1.NewTime(now),
+	}
+	if !viewAt.IsZero() {
+		at := metav1.NewMicroTime(viewAt)
+		out.ViewAt = &at
 	}
 	for _, f := range r.Followers {
 		out.Followers = append(out.Followers, felixv1.FollowerReport{

@@ -226,7 +226,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
 		Resolve: resolver.resolve, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
 		MaintainInterval: cfg.MaintainInterval, Metrics: maintMetrics,
-		OnReport: func(r replication.Report) { reports.Set(shardName(r.Shard), toShardReport(r, time.Now())) },
+		OnReport: func(r replication.Report, viewAt time.Time) {
+			reports.Set(shardName(r.Shard), toShardReport(r, viewAt, time.Now()))
+		},
 	})
 	if err != nil {
 		_ = store.Close()

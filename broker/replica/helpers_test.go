@@ -151,7 +151,7 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 		Store: n.store, Self: name, SelfStorageID: n.id, Incarnation: incarnation,
 		Resolve: c.dir.resolve, PassInterval: c.pass, MaxInflight: benchInflight, MaxBatch: benchBatch,
 		MaintainInterval: c.maintain, Metrics: n.metrics,
-		OnReport: func(r replication.Report) {
+		OnReport: func(r replication.Report, _ time.Time) {
 			n.repMu.Lock()
 			n.reports = append(n.reports, r)
 			if len(n.reports) > 64 {

@@ -72,12 +72,16 @@ type Options struct {
 	// Logger receives the runtime's log lines; zero discards.
 	Logger logr.Logger
 	// OnReport receives every report a leader makes [RP-6] (the control
-	// plane writes it to FelixShard status.report). Called from the
-	// shard's goroutine: it must not block and must not call the Manager;
-	// copy and hand off.
-	OnReport func(replication.Report)
-	// Now stamps records whose client left Timestamp zero; nil means
-	// time.Now.
+	// plane writes it to FelixShard status.report), with viewAt: when the
+	// pass the report describes started, by Now, taken before the core
+	// call that started it. Every follower the report calls caught up
+	// answered a request of that pass, so viewAt is a lower bound on when
+	// the view was taken [CP-1]; zero when the runtime did not see the
+	// pass start. Called from the shard's goroutine: it must not block and
+	// must not call the Manager; copy and hand off.
+	OnReport func(r replication.Report, viewAt time.Time)
+	// Now stamps records whose client left Timestamp zero, and the start
+	// of each replication pass (OnReport's viewAt); nil means time.Now.
 	Now func() time.Time
 	// MaintainInterval is the time between maintenance passes (Maintain:
 	// deletion of whole segments below each log's floor, then retention);

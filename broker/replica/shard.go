@@ -86,6 +86,11 @@ type shard struct {
 
 	counters shipCounters // replication metrics, resolved once
 
+	// passes holds the core's current and previous pass with when each
+	// started (by Options.Now, read before the core call that started
+	// it), for OnReport's viewAt [CP-1] (run goroutine only).
+	passes [2]passStart
+
 	status atomic.Pointer[replication.Status]
 	failed atomic.Pointer[error]
 	// serving is the epoch whose leader's fence commit (Ready.Serving) has
@@ -185,15 +190,21 @@ func (s *shard) run() {
 		s.failed.Store(&err)
 	}
 	for {
+		// t0 is read before this iteration's first core call: a pass the
+		// core starts in the iteration started at or after it.
+		var t0 time.Time
 		select {
 		case ev := <-s.inbox:
+			t0 = s.m.o.Now()
 			s.apply(ev)
 		case d := <-s.persisted:
+			t0 = s.m.o.Now()
 			if err := s.advance(d); err != nil {
 				fail(err)
 				return
 			}
 		case <-ticker.C:
+			t0 = s.m.o.Now()
 			s.core.Tick()
 		case <-s.stopping:
 			return
@@ -212,6 +223,7 @@ func (s *shard) run() {
 				break drain
 			}
 		}
+		s.notePass(s.core.Status().Pass, t0)
 		for (s.persisting < maxPersisting || s.holding.Load()) && s.core.HasReady() {
 			if err := s.handle(s.core.Ready()); err != nil {
 				fail(err)
@@ -219,8 +231,34 @@ func (s *shard) run() {
 			}
 		}
 		st := s.core.Status()
+		s.notePass(st.Pass, t0)
 		s.status.Store(&st)
 	}
+}
+
+// passStart is a core pass and when the run loop saw it start.
+type passStart struct {
+	pass uint64
+	at   time.Time
+}
+
+// notePass records that the core is at pass, started no earlier than t0
+// (the time read before the iteration's first core call) [CP-1].
+func (s *shard) notePass(pass uint64, t0 time.Time) {
+	if pass != s.passes[0].pass {
+		s.passes[1], s.passes[0] = s.passes[0], passStart{pass: pass, at: t0}
+	}
+}
+
+// viewAt is when the core's pass started, zero if the loop did not see it
+// start (a report names the pass that is ending or the current one).
+func (s *shard) viewAt(pass uint64) time.Time {
+	for _, p := range s.passes {
+		if p.pass == pass && pass != 0 {
+			return p.at
+		}
+	}
+	return time.Time{}
 }
 
 func (s *shard) apply(ev event) {
@@ -361,7 +399,7 @@ func (s *shard) deliver(rd replication.Ready) error {
 		s.complete(a)
 	}
 	if rd.Report != nil && s.m.o.OnReport != nil {
-		s.m.o.OnReport(*rd.Report)
+		s.m.o.OnReport(*rd.Report, s.viewAt(rd.Report.Pass))
 	}
 	return nil
 }
