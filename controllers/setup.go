@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"time"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -35,7 +36,16 @@ type Options struct {
 	// Clock is the operator's clock; the real one when nil. Tests inject a
 	// fake one to step time.
 	Clock clock.PassiveClock
+	// MaxClockSkew bounds how far a broker's clock may run ahead of the
+	// operator's (DefaultMaxClockSkew when zero). [CP-1] counts a broker
+	// registered without a storage id only from a view its leader took,
+	// on the leader's clock, at least this long after the registration.
+	MaxClockSkew time.Duration
 }
+
+// DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
+// --max-clock-skew default).
+const DefaultMaxClockSkew = time.Second
 
 // EventReporter is the name events are recorded under.
 const EventReporter = "felix-operator"
@@ -46,6 +56,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
+	}
+	skew := opts.MaxClockSkew
+	if skew <= 0 {
+		skew = DefaultMaxClockSkew
 	}
 	rec := mgr.GetEventRecorder(EventReporter)
 	hb := NewHeartbeats(clk)
@@ -58,7 +72,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
-		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
+		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec, MaxClockSkew: skew}).SetupWithManager},
 	}
 	for _, s := range steps {
 		if err := s.setup(mgr); err != nil {

@@ -37,6 +37,9 @@ type FelixShardReconciler struct {
 	Clock      clock.PassiveClock
 	Heartbeats *Heartbeats
 	Events     events.EventRecorder
+	// MaxClockSkew is placement's Input.MaxClockSkew [CP-1] (Setup passes
+	// Options.MaxClockSkew or its default).
+	MaxClockSkew time.Duration
 }
 
 // shardStatus is the part of FelixShard status the operator owns.
@@ -102,6 +105,8 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		Now:        now,
 		NodeExpiry: nodeExpiry,
 		Heartbeat:  heartbeat,
+		// [CP-1] the leader's time of its view is on its own clock.
+		MaxClockSkew: r.MaxClockSkew,
 	})
 	if d.Action == placement.Promote && sh.Spec.FirstEpoch > 0 && d.Epoch < uint64(sh.Spec.FirstEpoch) {
 		// A restored shard: its logs may hold records up to FirstEpoch-1,

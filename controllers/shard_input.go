@@ -93,7 +93,9 @@ func reportVouchedAt(sh *felixv1.FelixShard, leaderHB Heartbeat, hbOK bool) time
 }
 
 // placementReport converts status.report: takenAt is when its view was
-// taken (its write), vouchedAt its leader's last vouching renewal.
+// written (an upper bound on when it was taken), vouchedAt its leader's
+// last vouching renewal, and the report's own viewAt the leader's time of
+// the view (a lower bound, on the leader's clock) [CP-1].
 func placementReport(rep *felixv1.ShardReport, takenAt, vouchedAt time.Time) *placement.Report {
 	if rep == nil {
 		return nil
@@ -106,6 +108,9 @@ func placementReport(rep *felixv1.ShardReport, takenAt, vouchedAt time.Time) *pl
 		TakenAt:           takenAt,
 		VouchedAt:         vouchedAt,
 		Position:          uint64(max(rep.Position, 0)),
+	}
+	if rep.ViewAt != nil {
+		out.ViewAt = rep.ViewAt.Time
 	}
 	for _, f := range rep.Followers {
 		out.Followers = append(out.Followers, placement.FollowerReport{

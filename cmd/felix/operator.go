@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +22,7 @@ type operatorOptions struct {
 	leaderElectID  string
 	watchNamespace string
 	verbosity      int
+	maxClockSkew   time.Duration
 }
 
 // newOperatorCmd is `felix operator`: the control plane. It runs every
@@ -45,11 +47,15 @@ func newOperatorCmd() *cobra.Command {
 	f.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	f.StringVar(&o.leaderElectID, "leader-election-id", "felix-operator.felix.dev", "name of the leader-election Lease")
 	f.StringVar(&o.watchNamespace, "namespace", "", "watch only this namespace (default: all namespaces)")
+	f.DurationVar(&o.maxClockSkew, "max-clock-skew", controllers.DefaultMaxClockSkew, "how far a broker's clock may run ahead of the operator's; a broker without a storage id is counted only from a view its leader took at least this long after it registered")
 	f.IntVar(&o.verbosity, "v", 0, "log verbosity (0: changes and errors; 1: every reconcile decision)")
 	return cmd
 }
 
 func runOperator(cmd *cobra.Command, o operatorOptions) error {
+	if o.maxClockSkew <= 0 {
+		return fmt.Errorf("--max-clock-skew must be positive, got %s", o.maxClockSkew)
+	}
 	out := cmd.ErrOrStderr()
 	logger := newJSONLogger(out, o.verbosity).WithName("operator")
 	ctrl.SetLogger(logger)
@@ -75,7 +81,7 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{MaxClockSkew: o.maxClockSkew}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
