@@ -61,12 +61,18 @@ func coreAssignment(a *placement.Assignment) replication.Assignment {
 	return out
 }
 
-// placementReport converts a core report, stamped when it is written
-// (when the leader's view in it was taken).
-func placementReport(r *replication.Report, at time.Time) *placement.Report {
+// placementReport converts a core report, stamped when it is written (an
+// upper bound on when the leader's view in it was taken), with ViewAt the
+// start of the tick its pass started at (a lower bound; none if viewAt is
+// -1) [CP-1]. The simulator's clocks agree, so placement runs with no
+// clock skew.
+func placementReport(r *replication.Report, viewAt int, at time.Time) *placement.Report {
 	p := &placement.Report{Leader: string(r.Leader), LeaderIncarnation: r.LeaderIncarnation,
 		LeaderStorageID: string(r.LeaderStorageID), Epoch: r.Epoch, TakenAt: at,
 		Position: r.Position[record.LogData]}
+	if viewAt >= 0 {
+		p.ViewAt = clock(viewAt)
+	}
 	for _, f := range r.Followers {
 		p.Followers = append(p.Followers, placement.FollowerReport{Broker: string(f.Node),
 			StorageID: string(f.StorageID), CaughtUp: f.CaughtUp, Confirmed: f.Confirmed[record.LogData]})
@@ -129,6 +135,7 @@ func (s *simulation) cpStep(lag func() bool) {
 		}
 		n.assignSeen = ca.Epoch
 		n.r.Assign(ca)
+		s.notePass(n)
 	}
 }
 

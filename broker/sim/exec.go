@@ -138,6 +138,7 @@ func (s *simulation) exec(e Event) {
 			if _, ok := s.net.conns[link{n.idx, peer.idx}]; ok {
 				s.fault("lookup-fail", n)
 				n.r.LookupFailed(peer.id)
+				s.notePass(n)
 				s.net.relink = append(s.net.relink, link{n.idx, peer.idx})
 			}
 		}
@@ -259,6 +260,7 @@ func (s *simulation) propose(e Event, rng *rand.Rand) {
 	s.stats.Proposals++
 	s.tracef("  propose p%d to %s %s %s n=%d", id, target.id, mode, log, len(recs))
 	target.r.Propose(prop)
+	s.notePass(target)
 }
 
 // tick advances simulated time by one tick.
@@ -287,6 +289,7 @@ func (s *simulation) tick(rng *rand.Rand) {
 			continue
 		}
 		n.r.Tick()
+		s.notePass(n)
 		switch s.shape.Fsync {
 		case datadir.FsyncPeriodic:
 			if s.now%periodicSyncTicks == n.idx%periodicSyncTicks {
@@ -366,6 +369,7 @@ func (s *simulation) deliverOlder(rng *rand.Rand, before int) bool {
 	}
 	s.stats.Delivered++
 	to.r.Step(m)
+	s.notePass(to)
 	return true
 }
 
@@ -653,6 +657,7 @@ func (s *simulation) trim() {
 			}
 			if nb := d.compact(lk, min(s.floor[lk], n.lastCommitted[lk], d.tail(lk)-1)); nb > old {
 				n.r.Compacted(record.LogKind(lk), nb)
+				s.notePass(n)
 				s.stats.Compactions++
 				s.tracef("  %s compacts %s below %d (floor %d)", n.id, record.LogKind(lk), nb, s.floor[lk])
 			}

@@ -58,6 +58,11 @@ type node struct {
 	checked       [numLogs]uint64
 	assignSeen    uint64
 	report        *replication.Report
+	// reportViewAt is the tick report's pass started at (-1: not seen),
+	// its ViewAt [CP-1]; passes the core's current and previous pass with
+	// the tick each started at.
+	reportViewAt int
+	passes       [2]passStart
 	// writer is the process's report writer (a new one at every start).
 	writer reportWriter
 	snap   *volume
@@ -95,4 +100,29 @@ func (n *node) holdsAll(acked *[numLogs][]record.Record, floor *[numLogs]uint64)
 type closed struct {
 	peer replication.NodeID
 	conn replication.ConnID
+}
+
+// passStart is a core pass and the tick it started at.
+type passStart struct {
+	pass uint64
+	tick int
+}
+
+// notePass records n's core pass after a call into it at tick now: a pass
+// first seen then started then (every core call is made at its tick).
+func (s *simulation) notePass(n *node) {
+	if p := n.r.Status().Pass; p != n.passes[0].pass {
+		n.passes[1], n.passes[0] = n.passes[0], passStart{pass: p, tick: s.now}
+	}
+}
+
+// viewAt is the tick pass started at, -1 if not seen (a report names the
+// pass that is ending or the current one).
+func (n *node) viewAt(pass uint64) int {
+	for _, p := range n.passes {
+		if p.pass == pass && pass != 0 {
+			return p.tick
+		}
+	}
+	return -1
 }

@@ -19,7 +19,10 @@ const holdTicks = 1
 // unchanged report alive. The stored report may therefore lag the
 // leader's view by up to a heartbeat while renewals vouch for it.
 type reportWriter struct {
-	want    *replication.Report
+	want *replication.Report
+	// wantAt is the tick want's pass started at (-1: unknown), written as
+	// its ViewAt whenever want is written [CP-1].
+	wantAt  int
 	written *replication.Report
 	// dirty: want differs from written in what placement reads, since
 	// dirtySince; flipsOnly: only in caught-up flags.
@@ -28,9 +31,10 @@ type reportWriter struct {
 	flipsOnly  bool
 }
 
-// set records the leader's current view at tick now.
-func (w *reportWriter) set(r *replication.Report, now int) {
-	w.want = r
+// set records the leader's current view, taken at tick viewAt (the start
+// of its pass), at tick now.
+func (w *reportWriter) set(r *replication.Report, viewAt, now int) {
+	w.want, w.wantAt = r, viewAt
 	switch {
 	case w.written != nil && sameReadings(w.written, r, true):
 		w.dirty, w.flipsOnly = false, false
@@ -90,12 +94,12 @@ func (s *simulation) takeReport(l *node, a *placement.Assignment) {
 	cp := &s.cp
 	w := &l.writer
 	if l.report != nil {
-		w.set(l.report, s.now)
+		w.set(l.report, l.reportViewAt, s.now)
 		l.report = nil
 	}
 	if w.due(s.now) {
 		if w.want.Epoch == a.Epoch && l.inc == a.LeaderIncarnation {
-			cp.report = placementReport(w.want, s.stamp())
+			cp.report = placementReport(w.want, w.wantAt, s.stamp())
 			s.tracef("  control plane takes report of %s e%d: %s", l.id, w.want.Epoch, renderReport(cp.report))
 		}
 		w.wrote()

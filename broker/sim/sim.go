@@ -258,11 +258,14 @@ func (s *simulation) start(n *node) {
 	n.lastCommitted, n.checked = [numLogs]uint64{}, [numLogs]uint64{}
 	n.report, n.pending = nil, nil
 	n.writer = reportWriter{}
+	n.passes = [2]passStart{}
 	n.assignSeen = 0
 	n.r.SetKnownEpoch(s.cp.epoch())
+	s.notePass(n)
 	if s.cp.assign != nil {
 		n.assignSeen = s.cp.assign.Epoch
 		n.r.Assign(coreAssignment(s.cp.assign))
+		s.notePass(n)
 	}
 	s.tracef("  start %s inc%d id=%s (%s) tails=%v", n.id, n.inc, n.sid, reason, n.tails())
 	for _, o := range s.nodes {
@@ -286,10 +289,12 @@ func (s *simulation) connect(a, b *node) {
 	k := link{a.idx, b.idx}
 	if old, ok := s.net.conns[k]; ok {
 		a.r.Disconnected(b.id, old)
+		s.notePass(a)
 	}
 	s.net.nextConn++
 	s.net.conns[k] = s.net.nextConn
 	a.r.Connected(b.id, s.net.nextConn, b.sid)
+	s.notePass(a)
 }
 
 // stop takes a broker's process down: its peers see its connections close
@@ -306,6 +311,7 @@ func (s *simulation) stop(n *node) {
 		if c, ok := s.net.conns[k]; ok {
 			if o.running() {
 				o.r.Disconnected(n.id, c)
+				s.notePass(o)
 			} else if o.up {
 				o.pending = append(o.pending, closed{peer: n.id, conn: c})
 			}
@@ -321,6 +327,7 @@ func (s *simulation) thaw(n *node) {
 	s.tracef("  resume %s (frozen leader back)", n.id)
 	for _, c := range n.pending {
 		n.r.Disconnected(c.peer, c.conn)
+		s.notePass(n)
 	}
 	n.pending = nil
 	for _, o := range s.nodes {
@@ -381,6 +388,7 @@ func (s *simulation) process(n *node) {
 		s.persistWrites(n, rd.Writes)
 		s.deliver(n, rd)
 		n.r.Advance(rd)
+		s.notePass(n)
 		return
 	}
 	s.deliver(n, rd)
@@ -407,6 +415,7 @@ func (s *simulation) persistOldest(n *node) {
 	s.persistWrites(n, rd.Writes)
 	if s.fail == nil {
 		n.r.Advance(rd)
+		s.notePass(n)
 	}
 }
 
@@ -448,7 +457,7 @@ func (s *simulation) deliver(n *node, rd replication.Ready) {
 		s.onAck(n, a)
 	}
 	if rd.Report != nil {
-		n.report = rd.Report
+		n.report, n.reportViewAt = rd.Report, n.viewAt(rd.Report.Pass)
 	}
 }
 
