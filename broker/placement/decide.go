@@ -93,8 +93,9 @@ func assess(in Input, a Assignment) ([]Candidate, map[string]string) {
 	rep := in.Report
 	expiry := ReportExpiry(in.NodeExpiry, in.Heartbeat)
 	// [CP-2] The report lives from the later of its write and its
-	// leader's last vouching renewal; [CP-1] its view was taken at its
-	// write, whatever renewals came after.
+	// leader's last vouching renewal; [CP-1] its view was taken no later
+	// than its write (and no earlier than ViewAt), whatever renewals came
+	// after.
 	vouched := rep.TakenAt
 	if rep.VouchedAt.After(vouched) {
 		vouched = rep.VouchedAt
