@@ -61,6 +61,7 @@ type node struct {
 
 	repMu   sync.Mutex
 	reports []replication.Report
+	viewAts []reportTimes
 }
 
 type cluster struct {
@@ -151,9 +152,13 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 		Store: n.store, Self: name, SelfStorageID: n.id, Incarnation: incarnation,
 		Resolve: c.dir.resolve, PassInterval: c.pass, MaxInflight: benchInflight, MaxBatch: benchBatch,
 		MaintainInterval: c.maintain, Metrics: n.metrics,
-		OnReport: func(r replication.Report, _ time.Time) {
+		OnReport: func(r replication.Report, viewAt time.Time) {
 			n.repMu.Lock()
 			n.reports = append(n.reports, r)
+			n.viewAts = append(n.viewAts, reportTimes{pass: r.Pass, viewAt: viewAt, delivered: time.Now()})
+			if len(n.viewAts) > 64 {
+				n.viewAts = n.viewAts[len(n.viewAts)-64:]
+			}
 			if len(n.reports) > 64 {
 				n.reports = n.reports[len(n.reports)-64:]
 			}
