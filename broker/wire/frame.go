@@ -138,18 +138,6 @@ func ReadFrameBody(r io.Reader, h FrameHeader) (Frame, error) {
 	return f, nil
 }
 
-// DiscardFrameBody reads and drops the body of the frame whose prefix is h,
-// through a small buffer: the stream stays framed without the body being
-// held.
-func DiscardFrameBody(r io.Reader, h FrameHeader) error {
-	if n := h.BodyLen(); n > 0 {
-		if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
-			return unexpected(err)
-		}
-	}
-	return nil
-}
-
 // DecodeFrame decodes one frame from the start of b, returning it and the
 // number of bytes consumed. It is the buffer form of ReadFrame, used by
 // fuzzing and by callers holding whole buffers. io.ErrUnexpectedEOF means b
