@@ -189,7 +189,7 @@ func (c *conn) violation(reason string, e *wire.Error) {
 	c.violated = true
 	c.s.opts.Metrics.connDropped(reason)
 	c.log.V(1).Info("closing connection", "reason", reason, "error", e.Error())
-	body, err := wire.EncodeError(wire.ErrorFor(e, c.feats), c.feats)
+	body, err := wire.EncodeErrorFor(e, c.feats)
 	if err != nil {
 		return
 	}

@@ -163,7 +163,7 @@ func (c *conn) checkAppend(req wire.AppendRequest) error {
 // fail answers reqID with the error mapped to its wire code.
 func (c *conn) fail(reqID uint32, op string, start time.Time, held charge, err error) {
 	e := mapError(err)
-	body, encErr := wire.EncodeError(wire.ErrorFor(e, c.feats), c.feats)
+	body, encErr := wire.EncodeErrorFor(e, c.feats)
 	if encErr != nil {
 		body, _ = wire.EncodeError(&wire.Error{Code: wire.CodeUnavailable, Message: "cannot encode error"}, c.feats)
 	}

@@ -162,7 +162,7 @@ func (s *Server) refuse(nc net.Conn, reason, msg string) {
 // refuseConn answers a connection the server will not serve with a
 // connection-level error (no features negotiated) and closes it.
 func refuseConn(nc net.Conn, e *wire.Error) {
-	body, err := wire.EncodeError(wire.ErrorFor(e, 0), 0)
+	body, err := wire.EncodeErrorFor(e, 0)
 	if err != nil {
 		_ = nc.Close()
 		return

@@ -198,8 +198,8 @@ func ErrorFrom(err error) *Error {
 
 // EncodeError returns the body of an Error frame. feats are the features
 // negotiated on the connection: the CursorTooOld tag fields are written only
-// when FeatureTrimTag is among them [TR-4]. A sender passes the error
-// through ErrorFor first, so that no code newer than the connection's
+// when FeatureTrimTag is among them [TR-4]. It encodes any code as given;
+// a sender uses EncodeErrorFor, so that no code newer than the connection's
 // features goes out.
 func EncodeError(e *Error, feats Features) ([]byte, error) {
 	if err := checkStr("error message", e.Message); err != nil {
@@ -240,6 +240,12 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Offset)
 	}
 	return en.b, nil
+}
+
+// EncodeErrorFor encodes the error a connection that negotiated feats may
+// be sent: EncodeError(ErrorFor(e, feats), feats). Senders use it.
+func EncodeErrorFor(e *Error, feats Features) ([]byte, error) {
+	return EncodeError(ErrorFor(e, feats), feats)
 }
 
 // ErrorFor returns the error a connection that negotiated feats may be
