@@ -129,7 +129,7 @@ func TestCommitLogFramesCheckOnlyInTheirFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	n, err := replayCommitLog(db, path, clFile{seq: 3})
+	n, _, err := replayCommitLogAt(db, path, clFile{seq: 3})
 	if err != nil || n != 1 {
 		t.Fatalf("replayed %d frames (%v), want only the new one", n, err)
 	}

@@ -94,16 +94,10 @@ func readReplayMark(db *badger.DB) (uint64, error) {
 
 func encodeReplayMark(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
-// replayCommitLog applies the frames of file f at path up to the first
-// one that does not check.
-func replayCommitLog(db *badger.DB, path string, f clFile) (int, error) {
-	n, _, err := replayCommitLogAt(db, path, f)
-	return n, err
-}
-
-// replayCommitLogAt is replayCommitLog, also returning where the replay
-// stopped: the file offset of the first frame that did not check (or of
-// the end of the file).
+// replayCommitLogAt applies the frames of file f at path up to the first
+// one that does not check, and returns how many it applied and where the
+// replay stopped: the file offset of that frame (or of the end of the
+// file).
 func replayCommitLogAt(db *badger.DB, path string, f clFile) (int, int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
