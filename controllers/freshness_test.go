@@ -78,18 +78,7 @@ func TestCP1_WipedOldBuildFollowerNotFreshFromRenewals(t *testing.T) {
 	wipedAt := registerAsOldBuild(t, ns, f2)
 	leaseRenewedAfter(t, ns, leader, wipedAt.Add(time.Second))
 	leader.stop()
-	eventually(t, 15*time.Second, "Waiting with "+f2.name+" IDMissingStale", func() (bool, string) {
-		s := getShard(t, ns, "s-0")
-		if a := s.Status.Assignment; a.Epoch != 1 {
-			t.Fatalf("promoted %s at epoch %d from a report taken before %s's current incarnation; counted %+v",
-				a.Leader, a.Epoch, f2.name, a.Counted)
-		}
-		c := condition(s.Status.Conditions, felixv1.ConditionWaiting)
-		if c == nil {
-			return false, "no condition"
-		}
-		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, f2.name+": IDMissingStale"), c.Reason + ": " + c.Message
-	})
+	waitingNaming(t, ns, f2.name+": IDMissingStale")
 }
 
 // TestCP1_ReportWithoutIDNeverCounts: f2 is registered with a storage id,
@@ -148,18 +137,7 @@ func TestCP1_FrozenViewRefreshNotFresh(t *testing.T) {
 		return time.Now().After(wipedAt.Add(3 * time.Second)), "not yet"
 	})
 	leader.stop()
-	eventually(t, 15*time.Second, "Waiting with "+f2.name+" IDMissingStale", func() (bool, string) {
-		s := getShard(t, ns, "s-0")
-		if a := s.Status.Assignment; a.Epoch != 1 {
-			t.Fatalf("promoted %s at epoch %d from a frozen view re-written after %s registered again; counted %+v",
-				a.Leader, a.Epoch, f2.name, a.Counted)
-		}
-		c := condition(s.Status.Conditions, felixv1.ConditionWaiting)
-		if c == nil {
-			return false, "no condition"
-		}
-		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, f2.name+": IDMissingStale"), c.Reason + ": " + c.Message
-	})
+	waitingNaming(t, ns, f2.name+": IDMissingStale")
 }
 
 // waitingNaming waits until s-0 is Waiting with verdict in its message,

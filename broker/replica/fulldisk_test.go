@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
@@ -104,6 +105,19 @@ func TestFullDiskLeaderRefusesFollowerClaimsNothing(t *testing.T) {
 	waitCaughtUp(t, b, tail)
 }
 
+// appendAllCatchUp appends recs once space has returned and waits until
+// every replica is durable up to the new tail.
+func appendAllCatchUp(ctx context.Context, t *testing.T, c *cluster, cl *client.Client, recs []record.Record) {
+	t.Helper()
+	res, err := cl.Append(ctx, testShard, recs, nil)
+	if err != nil {
+		t.Fatalf("append after space returned: %v", err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		waitCaughtUp(t, c.nodes[replication.NodeID(n)], res.Tail)
+	}
+}
+
 // waitCaughtUp waits until n's data log is durable up to tail and its
 // replica still runs.
 func waitCaughtUp(t *testing.T, n *node, tail uint64) {
@@ -164,13 +178,7 @@ func TestFullDiskLeaderFenceWaitsForSpace(t *testing.T) {
 	}
 	ff.set(a.dir, 1<<40)
 	c.waitLeading(a)
-	res, err := cl.Append(ctx, testShard, recs, nil)
-	if err != nil {
-		t.Fatalf("append after space returned: %v", err)
-	}
-	for _, n := range []string{"a", "b", "c"} {
-		waitCaughtUp(t, c.nodes[replication.NodeID(n)], res.Tail)
-	}
+	appendAllCatchUp(ctx, t, c, cl, recs)
 }
 
 // TestFullDiskLeaderRefusedBatchIsNotFatal: a client batch that passed the
@@ -246,13 +254,7 @@ func TestFullDiskLeaderRefusedBatchIsNotFatal(t *testing.T) {
 	}
 	c.waitLeading(a)
 	cl := dial(t, a)
-	res, err := cl.Append(ctx, testShard, recs, nil)
-	if err != nil {
-		t.Fatalf("append after space returned: %v", err)
-	}
-	for _, n := range []string{"a", "b", "c"} {
-		waitCaughtUp(t, c.nodes[replication.NodeID(n)], res.Tail)
-	}
+	appendAllCatchUp(ctx, t, c, cl, recs)
 }
 
 // TestStatusReportsFailedReplica: a replica whose store fails for a reason

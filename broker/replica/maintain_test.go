@@ -365,16 +365,7 @@ func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 			wantErrs: []error{ErrUnfenceWithRecords, ErrRetentionOnFencedStream}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
-				c.maintain, c.metrics = -1, true
-			}, "a")
-			n := c.nodes["a"]
-			if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
-				t.Fatal(err)
-			}
-			if err := n.mgr.SetLogPolicy(testShard, LogPolicy{Fenced: true}); err != nil {
-				t.Fatal(err)
-			}
+			n := newFencedSingle(t)
 			lg := dataLogOf(t, n)
 			if _, err := lg.Append(context.Background(), []record.Record{{Epoch: 1, Payload: []byte("fence")}}, nil); err != nil {
 				t.Fatal(err)
@@ -403,16 +394,7 @@ func TestFD4_FencedLogWithRecordsStaysFenced(t *testing.T) {
 	t.Run("empty log stays fenced", func(t *testing.T) {
 		// A replica whose fenced log is empty (newly added, or emptied
 		// after damage) refuses to unfence like the others [TR-7].
-		c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
-			c.maintain, c.metrics = -1, true
-		}, "a")
-		n := c.nodes["a"]
-		if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.mgr.SetLogPolicy(testShard, LogPolicy{Fenced: true}); err != nil {
-			t.Fatal(err)
-		}
+		n := newFencedSingle(t)
 		err := n.mgr.SetLogPolicy(testShard, LogPolicy{Retention: ret})
 		if !errors.Is(err, ErrUnfenceWithRecords) || !errors.Is(err, ErrRetentionOnFencedStream) {
 			t.Fatalf("unfence an empty fenced log with retention: %v", err)
@@ -457,4 +439,21 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// newFencedSingle returns the only node of a one-replica cluster (metrics
+// on, no maintenance loop) whose testShard's data log is fenced.
+func newFencedSingle(t *testing.T) *node {
+	t.Helper()
+	c := newClusterCfg(t, logstore.FsyncNone, t.TempDir, 20*time.Millisecond, func(c *cluster) {
+		c.maintain, c.metrics = -1, true
+	}, "a")
+	n := c.nodes["a"]
+	if err := n.mgr.EnsureShard(testShard, []replication.NodeID{"a"}, replication.AckQuorum, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.mgr.SetLogPolicy(testShard, LogPolicy{Fenced: true}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

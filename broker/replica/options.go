@@ -48,8 +48,8 @@ type Options struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Backoff spaces reconnection attempts to a peer.
 	Backoff peer.Backoff
-	// After is the clock that waits out a reconnection backoff; nil means
-	// time.After.
+	// After is the clock that waits out a reconnection backoff and a
+	// store's refusal for want of space; nil means time.After.
 	After func(time.Duration) <-chan time.Time
 	// PassInterval is the time between passes (one core Tick each); zero
 	// means DefaultPassInterval.
@@ -111,6 +111,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.MaintainInterval == 0 {
 		o.MaintainInterval = DefaultMaintainInterval

@@ -68,18 +68,20 @@ func (s *shard) persistLoop(done chan<- struct{}) {
 		close(subs)
 		<-completed
 	}()
-	// barrier waits until the completer has answered every batch
-	// submitted so far; it reports false after a failure.
-	barrier := func() bool {
-		b := make(chan struct{})
-		subs <- submitted{barrier: b}
-		<-b
-		return !failed.Load()
-	}
 	// last holds, per log, the wait of the last append submitted: the
 	// store completes a log's appends in order, and fails every one queued
 	// behind a failed one, so it covers them all.
 	var last [len(record.LogKinds)]waitFn
+	// barrier waits until the completer has answered every batch
+	// submitted so far, which leaves no append to wait for; it reports
+	// false after a failure.
+	barrier := func() bool {
+		b := make(chan struct{})
+		subs <- submitted{barrier: b}
+		<-b
+		last = [len(record.LogKinds)]waitFn{}
+		return !failed.Load()
+	}
 	var ws []replication.LogWrite
 	for {
 		var rd replication.Ready
@@ -88,7 +90,6 @@ func (s *shard) persistLoop(done chan<- struct{}) {
 			if !barrier() {
 				return
 			}
-			last = [len(record.LogKinds)]waitFn{}
 			continue
 		case r, ok := <-s.toPersist:
 			if !ok {
@@ -116,7 +117,6 @@ func (s *shard) persistLoop(done chan<- struct{}) {
 			if !barrier() {
 				return
 			}
-			last = [len(record.LogKinds)]waitFn{}
 		default:
 		}
 		if failed.Load() {
@@ -137,7 +137,6 @@ func (s *shard) persistLoop(done chan<- struct{}) {
 			if !barrier() {
 				return
 			}
-			last = [len(record.LogKinds)]waitFn{}
 		}
 	}
 }

@@ -47,13 +47,9 @@ func (s *shard) persistWhenRoom(ws []replication.LogWrite) error {
 // waitForRoom polls the store until it takes writes again, or the shard
 // stops.
 func (s *shard) waitForRoom() error {
-	after := s.m.o.After
-	if after == nil {
-		after = time.After
-	}
 	for s.m.o.Store.SpaceErr() != nil {
 		select {
-		case <-after(spaceRetryInterval):
+		case <-s.m.o.After(spaceRetryInterval):
 		case <-s.stopping:
 			return fmt.Errorf("replica: %s: %w", s.id, record.ErrClosed)
 		case <-s.m.ctx.Done():
