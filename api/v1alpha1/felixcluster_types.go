@@ -56,6 +56,11 @@ type FelixClusterSpec struct {
 	// Brokers beyond the backup's size start empty.
 	// +optional
 	Restore *RestoreSpec `json:"restore,omitempty"`
+
+	// Security: TLS, client authentication and the NetworkPolicy. Secure
+	// by default (see SecuritySpec).
+	// +optional
+	Security SecuritySpec `json:"security,omitempty"`
 }
 
 // RestoreSpec names the backup a cluster starts from.
