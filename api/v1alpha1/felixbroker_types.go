@@ -47,6 +47,12 @@ type FelixBrokerStatus struct {
 	// +optional
 	Address string `json:"address,omitempty"`
 
+	// PeerAddress is the host:port of the broker's peer (replication)
+	// port, where only brokers of the same cluster, authenticated by their
+	// certificates, are accepted.
+	// +optional
+	PeerAddress string `json:"peerAddress,omitempty"`
+
 	// State is Up, Down (no heartbeat within the node expiry timeout) or
 	// Left (removed from the cluster).
 	// +optional
@@ -76,6 +82,9 @@ type RegistrationRequest struct {
 	// Address the broker will serve on.
 	// +optional
 	Address string `json:"address,omitempty"`
+	// PeerAddress the broker will accept peers on.
+	// +optional
+	PeerAddress string `json:"peerAddress,omitempty"`
 }
 
 // FelixBroker is the registration record of one broker.
