@@ -39,8 +39,17 @@ const (
 const (
 	// BrokerPort serves the Felix protocol.
 	BrokerPort = 7100
-	// BrokerHTTPPort serves /live, /ready and /metrics.
+	// BrokerHTTPPort serves /live and /ready, plain HTTP for probes.
 	BrokerHTTPPort = 7101
+	// BrokerPeerPort serves replication between brokers of one cluster,
+	// mutual TLS with broker certificates only.
+	BrokerPeerPort = 7102
+	// BrokerMetricsPort serves /metrics over HTTPS to authenticated and
+	// authorized scrapers.
+	BrokerMetricsPort = 7103
+	// TLSDir is where a broker's certificate Secret is mounted (tls.crt,
+	// tls.key, ca.crt).
+	TLSDir = "/etc/felix/tls"
 	// DataDir is where a broker's volume is mounted.
 	DataDir = "/var/lib/felix"
 )
@@ -56,6 +65,21 @@ const (
 func BrokerName(cluster string, ordinal int32) string {
 	return fmt.Sprintf("%s-%d", cluster, ordinal)
 }
+
+// CASecretName is the Secret holding the CA the operator manages for a
+// cluster (ca.crt, ca.key).
+func CASecretName(cluster string) string { return cluster + "-ca" }
+
+// BrokerTLSSecretName is the Secret holding a broker's certificate
+// (tls.crt, tls.key, ca.crt), mounted at TLSDir.
+func BrokerTLSSecretName(broker string) string { return broker + "-tls" }
+
+// UserSecretName is the Secret holding a FelixUser's credentials (tls.crt,
+// tls.key, ca.crt): the user's own name, as Strimzi does for KafkaUsers.
+func UserSecretName(user string) string { return user }
+
+// NetworkPolicyName is the NetworkPolicy of a cluster's brokers.
+func NetworkPolicyName(cluster string) string { return cluster + "-brokers" }
 
 // PVCName is the name of a broker's data volume claim.
 func PVCName(broker string) string { return "data-" + broker }
