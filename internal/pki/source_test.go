@@ -188,3 +188,38 @@ func TestNewSourceFails(t *testing.T) {
 		t.Fatalf("zero Source: %v", err)
 	}
 }
+
+// Concurrent handshake-path readers and a reload do not race (run with
+// -race).
+func TestSourceConcurrentCurrent(t *testing.T) {
+	ca := mustCA(t, "ca")
+	clk := newClock(t0)
+	d := newSecretDir(t)
+	a := mustIssue(t, ca, brokerID("b-0"), t0, time.Hour)
+	b := mustIssue(t, ca, brokerID("b-0"), t0, time.Hour)
+	d.write(a.cert, a.key, ca.CertPEM())
+	s, err := NewSource(SourceOptions{Files: d.files(), Now: clk.Now, MinCheck: -1, OnReload: func(error) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 50 {
+				if c, p, err := s.Current(); err != nil || c == nil || p == nil {
+					t.Errorf("Current: %v", err)
+					return
+				}
+				_ = s.Self()
+			}
+		}()
+	}
+	d.write(b.cert, b.key, ca.CertPEM())
+	for range 4 {
+		<-done
+	}
+	if c, _, _ := s.Current(); !c.Leaf.Equal(mustCerts(t, b.cert)[0]) {
+		t.Fatal("update not picked up")
+	}
+}
