@@ -22,7 +22,7 @@ func TestParseOperation(t *testing.T) {
 
 func TestGrantMatches(t *testing.T) {
 	exact := Grant{Stream: "orders", Ops: []Operation{OpAppend}}
-	prefix := Grant{Stream: "team-a/", Prefix: true, Ops: []Operation{OpRead, OpDescribe}}
+	prefix := Grant{Stream: "team-a.", Prefix: true, Ops: []Operation{OpRead, OpDescribe}}
 	all := Grant{Prefix: true, Ops: []Operation{OpDescribe}}
 	for _, tc := range []struct {
 		g      Grant
@@ -34,10 +34,10 @@ func TestGrantMatches(t *testing.T) {
 		{exact, OpAppend, "orders2", false},
 		{exact, OpAppend, "order", false},
 		{exact, OpTrim, "orders", false},
-		{prefix, OpRead, "team-a/x", true},
-		{prefix, OpRead, "team-a/", true},
-		{prefix, OpRead, "team-b/x", false},
-		{prefix, OpAppend, "team-a/x", false},
+		{prefix, OpRead, "team-a.x", true},
+		{prefix, OpRead, "team-a.", true},
+		{prefix, OpRead, "team-b.x", false},
+		{prefix, OpAppend, "team-a.x", false},
 		{all, OpDescribe, "anything", true},
 		{all, OpRead, "anything", false},
 	} {
