@@ -33,7 +33,8 @@ func brokerServiceAccount(c *felixv1.FelixCluster) *corev1.ServiceAccount {
 // brokerRole grants brokers the least they need: read their own
 // FelixBroker and patch its status (registration), renew their own
 // heartbeat Lease, watch FelixShards (assignments) and patch their status
-// (reports), read FelixStreams. Per-object rules name the cluster's
+// (reports), read FelixStreams, read the FelixUsers of the namespace and
+// its own FelixCluster (who may do what). Per-object rules name the cluster's
 // brokers; brokers of one cluster replicate each other's data and share
 // one ServiceAccount, so the Role does not separate them from each other.
 func brokerRole(c *felixv1.FelixCluster, brokers []string) *rbacv1.Role {
@@ -46,6 +47,10 @@ func brokerRole(c *felixv1.FelixCluster, brokers []string) *rbacv1.Role {
 			{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: names, Verbs: []string{"get", "update"}},
 			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixshards", "felixstreams"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixshards/status"}, Verbs: []string{"get", "patch"}},
+			// Authorization: the users' grants, and the cluster's
+			// anonymous access (watched by name).
+			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixusers"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixclusters"}, ResourceNames: []string{c.Name}, Verbs: []string{"get", "list", "watch"}},
 		},
 	}
 }
