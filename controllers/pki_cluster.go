@@ -102,13 +102,22 @@ func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.Felix
 		return obs, nil
 	}
 
+	// Brokers of the cluster's range get a certificate; those beyond it
+	// (being removed) keep theirs renewed while they exist.
+	inRange := map[string]bool{}
+	for i := int32(0); i < c.Spec.Brokers; i++ {
+		inRange[BrokerName(c.Name, i)] = true
+	}
 	if src == tlsCertManager {
-		return r.ensureCertManager(ctx, c, brokers, duration, renewBefore, fail)
+		return r.ensureCertManager(ctx, c, brokers, inRange, duration, renewBefore, fail)
 	}
 	var sg signer
 	switch src {
 	case tlsOperatorCA:
 		s, err := r.ensureCA(ctx, c, now)
+		if errors.Is(err, errNotOurs) {
+			return fail("SecretConflict", "%v: delete or rename it, or name it in spec.security.tls.caSecret", err)
+		}
 		if err != nil {
 			return obs, err
 		}
@@ -136,9 +145,14 @@ func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.Felix
 	var renewed []string
 	for _, b := range brokers {
 		want := leafWant{Identity: brokerIdentity(c, b), DNSNames: brokerDNSNames(c, b), Duration: duration, RenewBefore: renewBefore}
-		p, err := r.ensureLeaf(ctx, c, BrokerTLSSecretName(b), brokerLabels(c.Name, b), sg, want, now)
-		if err != nil {
+		p, err := r.ensureLeaf(ctx, c, BrokerTLSSecretName(b), brokerLabels(c.Name, b), sg, want, now, inRange[b])
+		switch {
+		case errors.Is(err, errNotOurs):
+			return fail("SecretConflict", "%v", err)
+		case err != nil:
 			return obs, err
+		case p.Data == nil:
+			continue // a broker being removed, whose Secret is gone
 		}
 		obs.Ready[b] = true
 		if next.IsZero() || p.RenewAt.Before(next) {
@@ -214,12 +228,15 @@ func (r *FelixClusterReconciler) ensureCA(ctx context.Context, c *felixv1.FelixC
 }
 
 // ensureLeaf keeps the leaf Secret name (owned by c) holding the wanted
-// certificate.
-func (r *FelixClusterReconciler) ensureLeaf(ctx context.Context, c *felixv1.FelixCluster, name string, labels map[string]string, sg signer, want leafWant, now time.Time) (leafPlan, error) {
+// certificate; with create false a missing Secret stays missing (and the
+// plan is empty).
+func (r *FelixClusterReconciler) ensureLeaf(ctx context.Context, c *felixv1.FelixCluster, name string, labels map[string]string, sg signer, want leafWant, now time.Time, create bool) (leafPlan, error) {
 	key := types.NamespacedName{Namespace: c.Namespace, Name: name}
 	var sec corev1.Secret
 	exists := true
 	switch err := r.Client.Get(ctx, key, &sec); {
+	case apierrors.IsNotFound(err) && !create:
+		return leafPlan{}, nil
 	case apierrors.IsNotFound(err):
 		exists = false
 	case err != nil:
@@ -241,12 +258,17 @@ func (r *FelixClusterReconciler) ensureLeaf(ctx context.Context, c *felixv1.Feli
 // writeSecret creates the Secret key (owned by c) or updates cur, with
 // optimistic concurrency: a stale cache yields errCacheLag.
 func (r *FelixClusterReconciler) writeSecret(ctx context.Context, c *felixv1.FelixCluster, cur *corev1.Secret, exists bool, key types.NamespacedName, labels map[string]string, typ corev1.SecretType, data map[string][]byte) error {
-	return writeOwnedSecret(ctx, r.Client, c, cur, exists, key, labels, typ, data)
+	return writeOwnedSecret(ctx, r.Client, r.reader(), c, cur, exists, key, labels, typ, data)
 }
 
 // writeOwnedSecret creates the Secret key controlled by owner, or updates
 // cur (which must be the existing one) to labels and data.
-func writeOwnedSecret(ctx context.Context, cl client.Client, owner client.Object, cur *corev1.Secret, exists bool, key types.NamespacedName, labels map[string]string, typ corev1.SecretType, data map[string][]byte) error {
+//
+// A create that finds the Secret existing reads it uncached (with
+// uncached): a Secret the owner does not control yields errNotOurs (it
+// may carry no Felix label, so the cache never showed it), one it does
+// errCacheLag.
+func writeOwnedSecret(ctx context.Context, cl client.Client, uncached client.Reader, owner client.Object, cur *corev1.Secret, exists bool, key types.NamespacedName, labels map[string]string, typ corev1.SecretType, data map[string][]byte) error {
 	if !exists {
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: labels},
@@ -258,6 +280,10 @@ func writeOwnedSecret(ctx context.Context, cl client.Client, owner client.Object
 		}
 		err := cl.Create(ctx, s, client.FieldOwner(OperatorFieldManager))
 		if apierrors.IsAlreadyExists(err) {
+			var other corev1.Secret
+			if gerr := uncached.Get(ctx, key, &other); gerr == nil && !metav1.IsControlledBy(&other, owner) {
+				return fmt.Errorf("%w: Secret %s", errNotOurs, key.Name)
+			}
 			return fmt.Errorf("create Secret %s: %w", key.Name, errCacheLag)
 		}
 		if err != nil {
@@ -279,7 +305,7 @@ func writeOwnedSecret(ctx context.Context, cl client.Client, owner client.Object
 
 // ensureCertManager writes a Certificate per broker and reports the
 // brokers whose Secret cert-manager filled.
-func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felixv1.FelixCluster, brokers []string, duration, renewBefore time.Duration,
+func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felixv1.FelixCluster, brokers []string, inRange map[string]bool, duration, renewBefore time.Duration,
 	fail func(reason, msg string, args ...any) (tlsObservation, error)) (tlsObservation, error) {
 	obs := tlsObservation{Ready: map[string]bool{}}
 	var waiting []string
@@ -287,8 +313,18 @@ func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felix
 		want := leafWant{Identity: brokerIdentity(c, b), DNSNames: brokerDNSNames(c, b), Duration: duration, RenewBefore: renewBefore}
 		name := BrokerTLSSecretName(b)
 		labels := brokerLabels(c.Name, b)
+		if !inRange[b] {
+			// Being removed: cert-manager keeps renewing what exists.
+			var s corev1.Secret
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &s); err == nil {
+				obs.Ready[b] = true
+			}
+			continue
+		}
 		created, err := upsertCertificate(ctx, r.Client, c, c.Namespace, name, labels, certificateSpec(c, name, want, labels))
 		switch {
+		case errors.Is(err, errNotOurs):
+			return fail("SecretConflict", "%v", err)
 		case meta.IsNoMatchError(err):
 			return fail("CertManagerMissing", "spec.security.tls.issuerRef needs cert-manager, and the cluster has no %s kind: install cert-manager", CertificateGVK.GroupKind())
 		case err != nil:

@@ -484,3 +484,19 @@ func TestUser_Certificate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTLS_ForeignSecretIsNotTouched: a Secret named like the cluster's CA
+// that the operator did not make is reported, not overwritten.
+func TestTLS_ForeignSecretIsNotTouched(t *testing.T) {
+	ns := namespace(t)
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fs-ca"}, Data: map[string][]byte{"x": []byte("y")}}
+	create(t, foreign)
+	create(t, fastCluster(ns, "fs", 1))
+	waitClusterCondition(t, ns, "fs", controllers.ConditionTLSReady, metav1.ConditionFalse, "SecretConflict")
+	if s := getSecret(ns, "fs-ca"); s.ResourceVersion != foreign.ResourceVersion {
+		t.Error("the operator wrote a Secret it does not own")
+	}
+	if getSecret(ns, "fs-0-tls") != nil {
+		t.Error("a certificate was issued without the cluster's CA")
+	}
+}

@@ -187,14 +187,9 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 		return obs, fmt.Errorf("certificate of FelixUser %s: %w", u.Name, err)
 	}
 	if p.Changed || !exists {
-		err := writeOwnedSecret(ctx, r.Client, u, &sec, exists, key, labels, corev1.SecretTypeTLS, p.Data)
-		if errors.Is(err, errCacheLag) && !exists {
-			// Either the cache is behind, or a Secret of that name that
-			// is not ours (not labelled, so not cached) is in the way.
-			var other corev1.Secret
-			if gerr := r.reader().Get(ctx, key, &other); gerr == nil && !metav1.IsControlledBy(&other, u) {
-				return notReady("SecretConflict", "Secret %s exists and does not belong to this FelixUser", obs.SecretName)
-			}
+		err := writeOwnedSecret(ctx, r.Client, r.reader(), u, &sec, exists, key, labels, corev1.SecretTypeTLS, p.Data)
+		if errors.Is(err, errNotOurs) {
+			return notReady("SecretConflict", "Secret %s exists and does not belong to this FelixUser", obs.SecretName)
 		}
 		if err != nil {
 			return obs, err
