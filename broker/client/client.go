@@ -55,8 +55,9 @@ type Options struct {
 	// TLS, when set, wraps the connection in a TLS client.
 	TLS *tls.Config
 	// Features are the bits the client offers. Zero offers
-	// wire.FeatureTrimTag and wire.FeatureLogPolicy (a client has no
-	// storage id); use NoFeatures to offer none.
+	// wire.FeatureTrimTag, wire.FeatureLogPolicy, wire.FeatureStorageErrors
+	// and wire.FeatureAuth (a client has no storage id); use NoFeatures to
+	// offer none.
 	Features wire.Features
 	// NoFeatures offers no feature bit at all: the version-1 frames.
 	NoFeatures bool
@@ -122,7 +123,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) {
 	feats := opts.Features
 	if feats == 0 && !opts.NoFeatures {
-		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors
+		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth
 	}
 	if opts.NoFeatures {
 		feats = 0

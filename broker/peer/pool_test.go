@@ -121,7 +121,7 @@ var followerID = []byte{0xc9, 0x1e, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 
 // backoff the injected clock is asked for.
 func TestRP2_PoolLearnsTheFollowersIDPerConnection(t *testing.T) {
 	h := &echo{}
-	srv, addr := serve(t, server.Options{StorageID: followerID, Replication: h})
+	srv, addr := serve(t, server.Options{StorageID: followerID, Replication: h, InsecurePeersOnClientPort: true})
 	_ = srv
 	var amu sync.Mutex
 	resolve := func(replication.NodeID) (string, error) {
@@ -182,7 +182,7 @@ func TestRP2_PoolLearnsTheFollowersIDPerConnection(t *testing.T) {
 	for _, pc := range pcs {
 		<-pc.Done()
 	}
-	_, addr2 := serve(t, server.Options{StorageID: followerID, Replication: h})
+	_, addr2 := serve(t, server.Options{StorageID: followerID, Replication: h, InsecurePeersOnClientPort: true})
 	amu.Lock()
 	addr = addr2
 	amu.Unlock()
@@ -211,8 +211,8 @@ func TestRP2_OlderBrokerPresentsNoIDAndAMissingIDIsAFailedLookup(t *testing.T) {
 		wantID     replication.StorageID
 		wantLookup bool
 	}{
-		{"older broker", server.Options{Features: wire.FeatureTrimTag, StorageID: followerID, Replication: &echo{}}, "", false},
-		{"negotiated without an id", server.Options{Replication: &echo{}}, "", true},
+		{"older broker", server.Options{Features: wire.FeatureTrimTag, StorageID: followerID, Replication: &echo{}, InsecurePeersOnClientPort: true}, "", false},
+		{"negotiated without an id", server.Options{Replication: &echo{}, InsecurePeersOnClientPort: true}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, addr := serve(t, tc.opts)
@@ -239,7 +239,7 @@ func TestRP2_OlderBrokerPresentsNoIDAndAMissingIDIsAFailedLookup(t *testing.T) {
 // A frame that does not fit the connection's queue drops the connection
 // rather than skip the frame: the peer sees a new connection, never a gap.
 func TestFullQueueDropsTheConnection(t *testing.T) {
-	_, addr := serve(t, server.Options{StorageID: followerID, Replication: &echo{}})
+	_, addr := serve(t, server.Options{StorageID: followerID, Replication: &echo{}, InsecurePeersOnClientPort: true})
 	rec := &recorder{}
 	p := NewPool(Options{Self: "a", Events: rec, QueueBytes: 64, Backoff: Backoff{Min: time.Millisecond, Max: time.Millisecond},
 		Resolve: func(replication.NodeID) (string, error) { return addr, nil }})

@@ -168,7 +168,7 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler()})
+	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler(), InsecurePeersOnClientPort: true})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

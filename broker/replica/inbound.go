@@ -13,16 +13,38 @@ import (
 // so a follower's answers go back over the connection their request came
 // on (Message.Conn).
 type inbound struct {
-	mu    sync.Mutex
-	byPC  map[server.PeerConn]replication.ConnID
-	byID  map[replication.ConnID]server.PeerConn
-	spawn func(func()) // runs the cleanup watcher (a goroutine)
+	mu   sync.Mutex
+	byPC map[server.PeerConn]replication.ConnID
+	byID map[replication.ConnID]server.PeerConn
+	// forged holds the connections that sent a frame naming a sender
+	// other than their identity (logged once per connection).
+	forged map[server.PeerConn]bool
+	spawn  func(func()) // runs the cleanup watcher (a goroutine)
 }
 
 func (in *inbound) init() {
 	in.byPC = map[server.PeerConn]replication.ConnID{}
 	in.byID = map[replication.ConnID]server.PeerConn{}
+	in.forged = map[server.PeerConn]bool{}
 	in.spawn = func(f func()) { go f() }
+}
+
+// firstForgery records that pc sent a frame with a forged sender and
+// reports whether it is the connection's first.
+func (in *inbound) firstForgery(pc server.PeerConn) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.forged[pc] {
+		return false
+	}
+	in.forged[pc] = true
+	in.spawn(func() {
+		<-pc.Done()
+		in.mu.Lock()
+		delete(in.forged, pc)
+		in.mu.Unlock()
+	})
+	return true
 }
 
 // connID returns pc's ConnID, numbering it on first sight from ids.
@@ -53,6 +75,15 @@ func (in *inbound) lookup(id replication.ConnID) server.PeerConn {
 
 // handler is the server hook: it decodes replication requests from
 // leaders and steps them into the shard's replica.
+//
+// A frame is applied only if the sender it names (Message.From) is the
+// broker its connection authenticated as (PeerConn.Identity): a broker of
+// the cluster can speak only for itself, so it cannot pose as a shard's
+// leader to make a follower truncate. Any other frame is dropped, counted
+// (felix_broker_replication_frames_refused_total{reason="sender_mismatch"})
+// and logged once per connection. A connection without identity reaches
+// the handler only from a test server with
+// server.Options.InsecurePeersOnClientPort; its frames are taken as sent.
 type handler struct{ m *Manager }
 
 func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
@@ -60,6 +91,14 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 	shard, msg, err := peer.Decode(f)
 	if err != nil {
 		m.o.Logger.V(1).Info("dropping bad replication frame", "error", err.Error())
+		return
+	}
+	if id := pc.Identity(); id != "" && msg.From != replication.NodeID(id) {
+		pc.Refused(server.RefusedSenderMismatch)
+		if m.in.firstForgery(pc) {
+			m.o.Logger.Info("dropping replication frames whose sender is not the connection's broker",
+				"identity", id, "from", string(msg.From), "shard", shard.String(), "type", msg.Type.String())
+		}
 		return
 	}
 	if !peer.IsRequest(msg.Type) {

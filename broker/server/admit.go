@@ -51,7 +51,7 @@ const frameRefusedMessage = "the broker's frame memory is full (--max-frame-memo
 // the connection must stop.
 func (c *conn) readBody(br *bufio.Reader, h wire.FrameHeader, buffered bool) (f wire.Frame, hold frameHold, kept, ok bool) {
 	s := c.s
-	peer := h.Type.ReservedReplication() && s.opts.Replication != nil
+	peer := h.Type.ReservedReplication() && c.mayReplicate()
 	n := h.BodyLen()
 	var buf []byte
 	if !buffered && n > 0 {

@@ -464,7 +464,7 @@ func (h captureRepl) ServeReplication(pc PeerConn, _ wire.Frame) {
 // waits for a peer.
 func TestPeerSendNeverBlocks(t *testing.T) {
 	h := captureRepl{pcs: make(chan PeerConn, 1)}
-	b := startBroker(t, Options{Replication: h, WriteTimeout: 20 * time.Second, PeerQueueFrames: 8})
+	b := startBroker(t, Options{Replication: h, InsecurePeersOnClientPort: true, WriteTimeout: 20 * time.Second, PeerQueueFrames: 8})
 	r := dialRaw(t, b.addr)
 	r.hello(wire.FeatureStorageID)
 	r.send(wire.MsgShip, 0, []byte{1})

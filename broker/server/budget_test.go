@@ -14,7 +14,7 @@ import (
 // handed on.
 func TestFrameBudgetHeaderOnlyHogs(t *testing.T) {
 	h := captureRepl{pcs: make(chan PeerConn, 1)}
-	b := startBroker(t, Options{Replication: h})
+	b := startBroker(t, Options{Replication: h, InsecurePeersOnClientPort: true})
 	const hogs = 16
 	for i := 0; i < hogs; i++ {
 		r := dialRaw(t, b.addr)
@@ -58,7 +58,7 @@ func TestFrameBudgetHeaderOnlyHogs(t *testing.T) {
 func TestFrameBudgetReplicationHasItsOwn(t *testing.T) {
 	const frame = 256 << 10
 	h := captureRepl{pcs: make(chan PeerConn, 1)}
-	b := startBroker(t, Options{Replication: h, MaxFrameSize: frame, MaxFrameMemory: 1,
+	b := startBroker(t, Options{Replication: h, InsecurePeersOnClientPort: true, MaxFrameSize: frame, MaxFrameMemory: 1,
 		FrameMemoryWait: 5 * time.Second})
 	hog := dialRaw(t, b.addr)
 	hog.hello(0)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 )
@@ -38,6 +39,11 @@ type conn struct {
 	feats  wire.Features
 	peerID []byte    // storage id the peer presented [RP-2]
 	repl   *peerConn // set at the first replication frame (replication.go)
+	// principal is who the connection authenticated as, set by the
+	// handshake before any request is read.
+	principal auth.Principal
+	// warnedRepl: a refused replication frame was logged (reader only).
+	warnedRepl bool
 
 	budget *budget
 	out    chan outFrame
@@ -169,6 +175,9 @@ func (c *conn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	c.feats = feats
+	if !c.authenticate() {
+		return false
+	}
 	if feats.Has(wire.FeatureStorageID) {
 		c.peerID = hello.StorageID
 	}
@@ -180,6 +189,50 @@ func (c *conn) handshake(br *bufio.Reader) bool {
 	}
 	c.out <- outFrame{b: wire.AppendFrame(nil, wire.Frame{Type: wire.MsgHelloOK, Body: body})}
 	c.log.V(1).Info("connection opened", "version", v, "features", feats.String())
+	return true
+}
+
+// authenticate learns the connection's principal (Options.Authenticate,
+// after the TLS handshake the Hello completed) and refuses the connection
+// (an error answering the Hello, then close) when it may not go on: the
+// authentication failed; on the peer port, the principal is not a broker;
+// on the client port, it is anonymous and the Authorizer refuses anonymous
+// connections. It reports whether the connection may go on.
+func (c *conn) authenticate() bool {
+	o := &c.s.opts
+	var p auth.Principal
+	if o.Authenticate != nil {
+		var cs *tls.ConnectionState
+		if tc, ok := c.nc.(*tls.Conn); ok {
+			st := tc.ConnectionState()
+			cs = &st
+		}
+		var err error
+		if p, err = o.Authenticate(cs); err != nil {
+			c.violation("unauthenticated", &wire.Error{Code: wire.CodeUnauthenticated, Message: err.Error()})
+			return false
+		}
+	}
+	switch {
+	case o.Role == RolePeer && p.Kind == auth.Anonymous:
+		o.Metrics.ReplicationFrameRefused(RefusedNotBroker)
+		c.violation("unauthenticated", &wire.Error{Code: wire.CodeUnauthenticated,
+			Message: "the peer port accepts only brokers: present a broker certificate"})
+		return false
+	case o.Role == RolePeer && p.Kind != auth.Broker:
+		o.Metrics.ReplicationFrameRefused(RefusedNotBroker)
+		c.violation("not-broker", &wire.Error{Code: wire.CodeNotAuthorized,
+			Message: p.String() + " is not a broker; the peer port accepts only brokers"})
+		return false
+	case o.Role == RoleClient && p.Kind == auth.Anonymous:
+		if g, ok := o.Authorizer.(auth.AnonymousGate); ok && !g.AnonymousAllowed() {
+			c.violation("unauthenticated", &wire.Error{Code: wire.CodeUnauthenticated,
+				Message: "anonymous connections are not allowed: present a client certificate"})
+			return false
+		}
+	}
+	c.principal = p
+	c.log = c.log.WithValues("principal", p.String())
 	return true
 }
 

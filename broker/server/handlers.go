@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
@@ -19,18 +20,28 @@ const readAnswerReserve = 64 << 10
 // the frame holds of the server's frame budget. It reports false when the
 // connection must stop reading.
 func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
-	if c.serveReplication(f) {
-		frameHeld.release()
+	if c.serveReplication(f, frameHeld) {
 		return true
 	}
 	start := time.Now()
 	o := &c.s.opts
+	if o.Role == RolePeer && !f.Type.ReservedReplication() {
+		o.Metrics.requestRefused(RefusedPeerPort)
+		c.reqWG.Add(1)
+		c.unanswered.Add(1)
+		c.fail(f.ReqID, opName(f.Type), start, charge{frame: frameHeld},
+			&wire.Error{Code: wire.CodeNotAuthorized, Message: "the peer port serves only replication; send client requests to the client port"})
+		return true
+	}
 	want := int64(wire.FrameHeaderSize + len(f.Body))
 	var readReq wire.ReadRequest
 	if f.Type == wire.MsgRead {
 		var err error
 		if readReq, err = wire.DecodeRead(f.Body); err == nil {
 			err = checkReadOffset(readReq)
+		}
+		if err == nil {
+			err = c.authorize(auth.OpRead, readReq.Shard.Stream)
 		}
 		if err != nil {
 			c.reqWG.Add(1)
@@ -55,6 +66,9 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 	case wire.MsgAppend:
 		req, err := wire.DecodeAppend(f.Body)
 		if err == nil {
+			err = c.authorize(auth.OpAppend, req.Shard.Stream)
+		}
+		if err == nil {
 			err = c.checkAppend(req)
 		}
 		if err != nil {
@@ -64,6 +78,9 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 		c.enqueue(req.Shard, &pending{reqID: f.ReqID, start: start, held: held, app: &req})
 	case wire.MsgTrim:
 		req, err := wire.DecodeTrim(f.Body)
+		if err == nil {
+			err = c.authorize(auth.OpTrim, req.Shard.Stream)
+		}
 		if err == nil && recordBytes(record.Record{Headers: req.Headers}) > o.MaxRecordBytes {
 			err = &wire.Error{Code: wire.CodeRecordTooLarge, Message: "trim headers over the record limit", Limit: uint64(o.MaxRecordBytes)}
 		}
@@ -76,6 +93,9 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 		go c.handleRead(f.ReqID, readReq, start, held)
 	case wire.MsgDescribe:
 		req, err := wire.DecodeDescribe(f.Body)
+		if err == nil {
+			err = c.authorize(auth.OpDescribe, req.Shard.Stream)
+		}
 		if err != nil {
 			c.fail(f.ReqID, "describe", start, held, err)
 			return true
@@ -91,6 +111,19 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 		c.fail(f.ReqID, "unknown", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: msg})
 	}
 	return true
+}
+
+// authorize asks the Authorizer whether the connection's principal may
+// perform op on stream; a refusal is a NotAuthorized wire error, counted
+// and logged (principal, operation, stream; never a payload).
+func (c *conn) authorize(op auth.Operation, stream string) error {
+	err := c.s.opts.Authorizer.Authorize(c.principal, op, stream)
+	if err == nil {
+		return nil
+	}
+	c.s.opts.Metrics.requestRefused(RefusedNotAuthorized)
+	c.log.V(1).Info("request not authorized", "principal", c.principal.String(), "op", op.String(), "stream", stream)
+	return &wire.Error{Code: wire.CodeNotAuthorized, Message: err.Error()}
 }
 
 // checkReadOffset refuses an explicit start offset that is one of the

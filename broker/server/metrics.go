@@ -36,7 +36,30 @@ type Metrics struct {
 	storageFull      prometheus.Gauge
 	storageFree      prometheus.Gauge
 	fullRefusals     prometheus.Counter
+	replRefused      *prometheus.CounterVec // {reason}
+	reqRefused       *prometheus.CounterVec // {reason}
 }
+
+// Reasons of felix_broker_replication_frames_refused_total.
+const (
+	// RefusedClientPort: a replication frame arrived on the client port.
+	RefusedClientPort = "client_port"
+	// RefusedNotBroker: a connection to the peer port authenticated as
+	// something other than a broker (counted once, at its Hello).
+	RefusedNotBroker = "not_broker"
+	// RefusedSenderMismatch: a frame on a peer connection names a sender
+	// other than the broker the connection authenticated as (counted by
+	// the replication handler through PeerConn.Refused).
+	RefusedSenderMismatch = "sender_mismatch"
+)
+
+// Reasons of felix_broker_requests_refused_total.
+const (
+	// RefusedNotAuthorized: the Authorizer refused the request.
+	RefusedNotAuthorized = "not_authorized"
+	// RefusedPeerPort: a client request arrived on the peer port.
+	RefusedPeerPort = "peer_port"
+)
 
 var (
 	_ logstore.Metrics      = (*Metrics)(nil)
@@ -91,6 +114,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Free bytes of the file system holding the log store, as last measured."}),
 		fullRefusals: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_storage_full_refusals_total",
 			Help: "Store writes refused with StorageFull."}),
+		replRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_replication_frames_refused_total",
+			Help: "Replication frames (or peer connections) refused: on the client port, from a principal that is not a broker, or naming a sender other than the authenticated broker."}, []string{"reason"}),
+		reqRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_requests_refused_total",
+			Help: "Client requests refused before any work: not authorized for the principal, or sent to the peer port."}, []string{"reason"}),
+	}
+	for _, r := range []string{RefusedClientPort, RefusedNotBroker, RefusedSenderMismatch} {
+		m.replRefused.WithLabelValues(r)
+	}
+	for _, r := range []string{RefusedNotAuthorized, RefusedPeerPort} {
+		m.reqRefused.WithLabelValues(r)
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "read", "trim", "describe"} {
@@ -100,7 +133,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
 		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
 		m.frameMemory, m.framesIncomplete, m.frameRefused, m.peerDropped, m.shardsRefused,
-		m.storageFull, m.storageFree, m.fullRefusals} {
+		m.storageFull, m.storageFree, m.fullRefusals, m.replRefused, m.reqRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -236,4 +269,21 @@ func (m *Metrics) ObserveStorageFullRefusal() {
 		return
 	}
 	m.fullRefusals.Inc()
+}
+
+// ReplicationFrameRefused counts a replication frame (or peer connection)
+// refused for reason (RefusedClientPort, RefusedNotBroker,
+// RefusedSenderMismatch).
+func (m *Metrics) ReplicationFrameRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.replRefused.WithLabelValues(reason).Inc()
+}
+
+func (m *Metrics) requestRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.reqRefused.WithLabelValues(reason).Inc()
 }

@@ -6,8 +6,36 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/wire"
 )
+
+// Role says which half of the protocol a server speaks.
+type Role uint8
+
+const (
+	// RoleClient (the default) serves client requests (append, read, trim,
+	// describe) and refuses every replication frame (0x40..0x4F) with
+	// NotAuthorized, counted in
+	// felix_broker_replication_frames_refused_total{reason="client_port"}.
+	RoleClient Role = iota
+	// RolePeer serves the peer port: only the Hello and replication
+	// frames, on connections whose principal is a broker (Options.
+	// Authenticate must say so); client requests are refused with
+	// NotAuthorized, any other principal at its Hello.
+	RolePeer
+)
+
+// String returns "client" or "peer".
+func (r Role) String() string {
+	switch r {
+	case RoleClient:
+		return "client"
+	case RolePeer:
+		return "peer"
+	}
+	return "Role(?)"
+}
 
 // Defaults for Options fields left zero.
 const (
@@ -55,9 +83,37 @@ type Options struct {
 	// StorageID is the broker's storage id presented to peers that
 	// negotiate wire.FeatureStorageID [RP-2]; nil presents none.
 	StorageID []byte
+	// Role is the half of the protocol this server speaks: RoleClient
+	// (the client port, the default) or RolePeer (the peer port).
+	Role Role
 	// Replication, when set, receives the replication frames (0x40..0x4F)
-	// of every connection (replication.go); nil refuses them.
+	// of a RolePeer server's connections (replication.go); nil refuses
+	// them with BadRequest, as a broker without replication always did.
+	// A RoleClient server never hands it a frame (NotAuthorized instead)
+	// unless InsecurePeersOnClientPort.
 	Replication ReplicationHandler
+	// InsecurePeersOnClientPort makes a RoleClient server hand replication
+	// frames of any connection to Replication, unauthenticated, as brokers
+	// did before the peer port existed. It exists only for in-process
+	// tests that replicate over plain client connections; no flag, file or
+	// wire field may set it, and a broker must never run with it.
+	InsecurePeersOnClientPort bool
+	// Authenticate, when set, is called once per connection after its TLS
+	// handshake (with the connection's state; nil on a plaintext
+	// connection) and returns who the peer is. An error answers the Hello
+	// with Unauthenticated (the error's text is the message: it must hold
+	// no secret) and closes the connection. Nil: every connection is
+	// auth.Anonymous.
+	Authenticate func(cs *tls.ConnectionState) (auth.Principal, error)
+	// Authorizer is asked before every client request (append, with or
+	// without an expected tail: OpAppend; read: OpRead; trim: OpTrim;
+	// describe: OpDescribe); a refusal is answered NotAuthorized with
+	// nothing done, counted in
+	// felix_broker_requests_refused_total{reason="not_authorized"}. If it
+	// implements auth.AnonymousGate and refuses anonymous connections, an
+	// anonymous connection is answered Unauthenticated at its Hello. Nil
+	// means auth.AllowAll.
+	Authorizer auth.Authorizer
 	// Epoch is written on every appended record and trim.
 	Epoch uint64
 
@@ -135,6 +191,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Features == 0 {
 		o.Features = wire.KnownFeatures
+	}
+	if o.Authorizer == nil {
+		o.Authorizer = auth.AllowAll{}
 	}
 	if o.MaxFrameSize == 0 {
 		o.MaxFrameSize = wire.DefaultMaxFrameSize

@@ -2,15 +2,19 @@ package server
 
 import (
 	"sync/atomic"
+	"time"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/wire"
 )
 
 // ReplicationHandler receives the broker-to-broker replication frames
 // (types 0x40..0x4F, wire.MsgType.ReservedReplication) that arrive on a
-// connection, with the connection they came on. A server without one
-// answers those frames with BadRequest, as a broker without replication
-// always did.
+// connection of a RolePeer server (whose principal is then always a
+// broker), with the connection they came on. A server without one answers
+// those frames with BadRequest, as a broker without replication always
+// did; a RoleClient server answers them NotAuthorized and never hands them
+// on (unless Options.InsecurePeersOnClientPort, for tests).
 //
 // ServeReplication is called from the connection's reader goroutine, once
 // per frame, in arrival order; while it blocks the connection is not read
@@ -39,6 +43,16 @@ type PeerConn interface {
 	// Done is closed when the connection stops reading (peer gone,
 	// violation, drain); Send reports false from then on.
 	Done() <-chan struct{}
+	// Identity is the name of the broker the connection authenticated as
+	// (Options.Authenticate returned an auth.Broker principal), or "" if
+	// none: then the frame came over a RoleClient server with
+	// Options.InsecurePeersOnClientPort, a test set-up. A handler applies
+	// a frame only if the sender it names is Identity.
+	Identity() string
+	// Refused counts a frame the handler refused for reason (one of the
+	// Refused* constants, e.g. RefusedSenderMismatch) in
+	// felix_broker_replication_frames_refused_total.
+	Refused(reason string)
 }
 
 // peerConn implements PeerConn over a server connection. Its queue is
@@ -55,6 +69,14 @@ type peerConn struct {
 
 func (p *peerConn) StorageID() []byte     { return p.c.peerID }
 func (p *peerConn) Done() <-chan struct{} { return p.done }
+func (p *peerConn) Refused(reason string) { p.c.s.opts.Metrics.ReplicationFrameRefused(reason) }
+
+func (p *peerConn) Identity() string {
+	if p.c.principal.Kind != auth.Broker {
+		return ""
+	}
+	return p.c.principal.Name
+}
 
 func (p *peerConn) Send(f wire.Frame) bool {
 	if p.shut.Load() {
@@ -98,14 +120,41 @@ func (p *peerConn) forward() {
 	}
 }
 
-// serveReplication hands a replication frame to the configured handler. It
-// reports false for frames it does not take (no handler, or not a
-// replication type), which the caller then dispatches as before.
-func (c *conn) serveReplication(f wire.Frame) bool {
+// mayReplicate reports whether the connection's replication frames go to
+// the handler: on the peer port (whose connections are all brokers), or
+// on the client port of an insecure test set-up.
+func (c *conn) mayReplicate() bool {
+	o := &c.s.opts
+	return o.Replication != nil && (o.Role == RolePeer || o.InsecurePeersOnClientPort)
+}
+
+// clientPortReplication is the message of a replication frame refused on
+// the client port.
+const clientPortReplication = "replication frames are not accepted on the client port; brokers replicate over the peer port"
+
+// serveReplication hands a replication frame to the configured handler, or
+// answers it NotAuthorized on the client port; hold is what the frame
+// holds of a frame budget. It reports false for frames it does not take
+// (no handler, or not a replication type), which the caller then
+// dispatches as before.
+func (c *conn) serveReplication(f wire.Frame, hold frameHold) bool {
 	h := c.s.opts.Replication
 	if h == nil || !f.Type.ReservedReplication() {
 		return false
 	}
+	if !c.mayReplicate() {
+		c.s.opts.Metrics.ReplicationFrameRefused(RefusedClientPort)
+		if !c.warnedRepl {
+			c.warnedRepl = true
+			c.log.Info("refusing replication frames on the client port", "principal", c.principal.String())
+		}
+		c.reqWG.Add(1)
+		c.unanswered.Add(1)
+		c.fail(f.ReqID, "replication", time.Now(), charge{frame: hold},
+			&wire.Error{Code: wire.CodeNotAuthorized, Message: clientPortReplication})
+		return true
+	}
+	hold.release()
 	if c.repl == nil {
 		p := &peerConn{c: c, q: make(chan []byte, c.s.opts.PeerQueueFrames), done: make(chan struct{})}
 		c.repl = p

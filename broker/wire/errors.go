@@ -40,6 +40,13 @@ const (
 	// CodeStorageFull: the broker's disk is below its free-space floor
 	// (or a write hit ENOSPC); writes resume by themselves.
 	CodeStorageFull Code = 11
+	// CodeNotAuthorized: the connection's principal may not perform the
+	// request (or a replication frame arrived where replication is not
+	// allowed). Nothing was done.
+	CodeNotAuthorized Code = 12
+	// CodeUnauthenticated: the connection presented no acceptable
+	// identity; sent in answer to the Hello, then the connection closes.
+	CodeUnauthenticated Code = 13
 )
 
 // CodeInfo describes one error code.
@@ -76,6 +83,10 @@ var codeTable = []CodeInfo{
 		"The log's stored data failed its checksum at offset (the first damaged offset known), or the broker refuses the whole log because part of it is damaged. Retrying here returns the same; an operator inspects and repairs the log (docs/operator.md)."},
 	{CodeStorageFull, "StorageFull", nil,
 		"The broker's disk is below its free-space floor, or a write ran out of space: appends are refused (reads are served) until space returns, then resume by themselves. The append was not acknowledged; retry later or elsewhere, re-reading first if it was conditional."},
+	{CodeNotAuthorized, "NotAuthorized", nil,
+		"The connection's principal may not perform this operation on this stream, or the frame may not be sent on this port (replication frames on the client port, client requests on the peer port). Nothing was done. Not retryable until the grants change."},
+	{CodeUnauthenticated, "Unauthenticated", nil,
+		"The connection presented no acceptable identity (no client certificate where one is required, or one that does not verify). Sent with request id 0 in answer to the Hello; the connection is closed and nothing else is processed."},
 }
 
 // Codes returns the table of error codes, in numeric order.
@@ -252,16 +263,23 @@ func EncodeErrorFor(e *Error, feats Features) ([]byte, error) {
 // sent: without FeatureStorageErrors, Corrupt and StorageFull become
 // Unavailable with the same message, prefixed with what happened, so a
 // client that predates those codes retries as for any Unavailable.
+// Without FeatureAuth, NotAuthorized and Unauthenticated become BadRequest
+// the same way: a refusal on grounds of identity does not heal by retrying
+// (an older client does not retry a BadRequest), and the prefix says why.
 func ErrorFor(e *Error, feats Features) *Error {
-	if feats.Has(FeatureStorageErrors) {
-		return e
-	}
-	var prefix string
-	switch e.Code {
-	case CodeCorrupt:
-		prefix = "corrupt (not retryable on this broker): "
-	case CodeStorageFull:
-		prefix = "storage full: "
+	var (
+		prefix string
+		code   Code
+	)
+	switch {
+	case e.Code == CodeCorrupt && !feats.Has(FeatureStorageErrors):
+		prefix, code = "corrupt (not retryable on this broker): ", CodeUnavailable
+	case e.Code == CodeStorageFull && !feats.Has(FeatureStorageErrors):
+		prefix, code = "storage full: ", CodeUnavailable
+	case e.Code == CodeNotAuthorized && !feats.Has(FeatureAuth):
+		prefix, code = "not authorized: ", CodeBadRequest
+	case e.Code == CodeUnauthenticated && !feats.Has(FeatureAuth):
+		prefix, code = "unauthenticated: ", CodeBadRequest
 	default:
 		return e
 	}
@@ -269,7 +287,7 @@ func ErrorFor(e *Error, feats Features) *Error {
 	if len(prefix)+len(msg) <= math.MaxUint16 {
 		msg = prefix + msg
 	}
-	return &Error{Code: CodeUnavailable, Message: msg}
+	return &Error{Code: code, Message: msg}
 }
 
 // DecodeError decodes an Error body under the connection's features.

@@ -28,10 +28,16 @@ const (
 	// Unavailable in their place, with the same message, so a client that
 	// predates them retries as it does for any Unavailable.
 	FeatureStorageErrors Features = 1 << 3
+	// FeatureAuth: the broker may answer with the error codes
+	// NotAuthorized (12) and Unauthenticated (13). A connection without it
+	// gets BadRequest in their place, its message prefixed with "not
+	// authorized: " or "unauthenticated: ", so a client that predates them
+	// does not retry a refusal that retrying cannot heal.
+	FeatureAuth Features = 1 << 4
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -56,6 +62,8 @@ func (f Features) String() string {
 			parts = append(parts, "log-policy")
 		case FeatureStorageErrors:
 			parts = append(parts, "storage-errors")
+		case FeatureAuth:
+			parts = append(parts, "auth")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

@@ -139,7 +139,7 @@ func TestNegotiateRefusesOldVersion(t *testing.T) {
 func TestErrorCodeTableIsStable(t *testing.T) {
 	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
 		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion",
-		10: "Corrupt", 11: "StorageFull"}
+		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated"}
 	seen := map[string]bool{}
 	for _, ci := range Codes() {
 		if want[ci.Code] != ci.Name {
@@ -264,6 +264,12 @@ func TestErrorForDowngradesNewerCodes(t *testing.T) {
 		{&Error{Code: CodeCorrupt, Message: "bad crc", Offset: 7}, FeatureStorageErrors, CodeCorrupt, "bad crc"},
 		{&Error{Code: CodeStorageFull, Message: "below floor"}, KnownFeatures, CodeStorageFull, "below floor"},
 		{&Error{Code: CodeFenced, Message: "fenced", Epoch: 3}, 0, CodeFenced, "fenced"},
+		// The auth codes follow FeatureAuth, independently of storage-errors.
+		{&Error{Code: CodeNotAuthorized, Message: "no grant"}, FeatureStorageErrors, CodeBadRequest, "not authorized: no grant"},
+		{&Error{Code: CodeUnauthenticated, Message: "no certificate"}, 0, CodeBadRequest, "unauthenticated: no certificate"},
+		{&Error{Code: CodeNotAuthorized, Message: "no grant"}, FeatureAuth, CodeNotAuthorized, "no grant"},
+		{&Error{Code: CodeUnauthenticated, Message: "no certificate"}, KnownFeatures, CodeUnauthenticated, "no certificate"},
+		{&Error{Code: CodeStorageFull, Message: "below floor"}, FeatureAuth, CodeUnavailable, "storage full: below floor"},
 	} {
 		got := ErrorFor(tc.in, tc.feats)
 		if got.Code != tc.wantCode || got.Message != tc.wantMsg {
@@ -271,6 +277,9 @@ func TestErrorForDowngradesNewerCodes(t *testing.T) {
 		}
 	}
 	if s := FeatureStorageErrors.String(); s != "storage-errors" {
+		t.Fatalf("feature name %q", s)
+	}
+	if s := FeatureAuth.String(); s != "auth" {
 		t.Fatalf("feature name %q", s)
 	}
 }

@@ -123,6 +123,15 @@ func goldenCases() []goldenCase {
 		// What a connection without FeatureStorageErrors is sent instead.
 		errCase("error_storage_full_downgraded", 0, ErrorFor(&Error{Code: CodeStorageFull, Message: "below floor"}, 0),
 			&Error{Code: CodeUnavailable, Message: "storage full: below floor"}),
+		errCase("error_not_authorized", FeatureAuth, &Error{Code: CodeNotAuthorized, Message: "user/alice may not Trim on stream \"orders\""},
+			&Error{Code: CodeNotAuthorized, Message: "user/alice may not Trim on stream \"orders\""}),
+		errCase("error_unauthenticated", FeatureAuth, &Error{Code: CodeUnauthenticated, Message: "no client certificate"},
+			&Error{Code: CodeUnauthenticated, Message: "no client certificate"}),
+		// What a connection without FeatureAuth is sent instead.
+		errCase("error_not_authorized_downgraded", 0, ErrorFor(&Error{Code: CodeNotAuthorized, Message: "no grant"}, 0),
+			&Error{Code: CodeBadRequest, Message: "not authorized: no grant"}),
+		errCase("error_unauthenticated_downgraded", 0, ErrorFor(&Error{Code: CodeUnauthenticated, Message: "no client certificate"}, 0),
+			&Error{Code: CodeBadRequest, Message: "unauthenticated: no client certificate"}),
 		errCase("error_corrupt_downgraded", 0, ErrorFor(&Error{Code: CodeCorrupt, Message: "crc", Offset: 999}, 0),
 			&Error{Code: CodeUnavailable, Message: "corrupt (not retryable on this broker): crc"}),
 	}
