@@ -286,6 +286,14 @@ func tlsJSON(out map[string]any, he *client.HandshakeError) {
 			break
 		}
 	}
+	switch out["reason"] {
+	case "Untrusted":
+		out["hint"] = "the broker's certificate does not verify against the trust bundle (--tls-ca, or ca.crt of --tls-dir): another cluster's CA, or expired"
+	case "WrongCluster":
+		out["hint"] = "the broker belongs to another FelixCluster than --cluster names"
+	case "NotBroker", "NoIdentity", "AmbiguousIdentity":
+		out["hint"] = "the server's certificate is not a Felix broker's"
+	}
 }
 
 // parseHeaders parses repeated k=v flags, keeping their order.
