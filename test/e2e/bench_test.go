@@ -63,9 +63,11 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 					if profiles != "" && i == 0 {
 						profiled = c.profileBrokers(b, profiles, shape.name+"-"+string(fsync), warmup, duration)
 					}
-					out, err := exec.Command(c.bin, "bench", "--broker", c.addressOf(leader), "--stream", "bench",
+					args := append([]string{"bench", "--broker", c.addressOf(leader), "--stream", "bench",
 						"--shards", "1", "--connections", "16", "--pipeline", fmt.Sprint(shape.pipeline),
-						"--batch", "1", "--record-size", "1024", "--warmup", warmup, "--duration", duration).Output()
+						"--batch", "1", "--record-size", "1024", "--warmup", warmup, "--duration", duration},
+						c.clientArgs()...) // TLS as the admin user (none with FELIX_E2E_INSECURE=1)
+					out, err := exec.Command(c.bin, args...).Output()
 					if err != nil {
 						b.Fatalf("felix bench: %v\n%s", err, out)
 					}

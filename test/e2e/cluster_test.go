@@ -49,9 +49,14 @@ type cluster struct {
 	dir       string
 	fsync     felixv1.FsyncMode // the brokers' --fsync, as the cluster's spec says
 	timing    clusterTiming     // the brokers' heartbeat, expiry and pass interval
+	// insecure runs the brokers with --insecure-no-tls (FELIX_E2E_INSECURE=1);
+	// otherwise they are secure, as the operator runs them.
+	insecure bool
+	secrets  *secretSync // the brokers' and users' Secrets, kept in directories
 
-	mu      sync.Mutex
-	brokers map[string]*brokerProc
+	mu          sync.Mutex
+	brokers     map[string]*brokerProc
+	metricsHTTP *http.Client
 }
 
 type brokerProc struct {
@@ -60,6 +65,8 @@ type brokerProc struct {
 	cmd     *exec.Cmd
 	addr    string
 	http    string
+	peer    string // the peer port (secure brokers)
+	metrics string // the metrics port (secure brokers)
 	id      string
 	exited  chan struct{}
 }
@@ -125,6 +132,15 @@ func newCluster(t testing.TB, n int32, fsync felixv1.FsyncMode) *cluster {
 // newTimedCluster is newCluster with the given timings.
 func newTimedCluster(t testing.TB, n int32, fsync felixv1.FsyncMode, timing clusterTiming) *cluster {
 	t.Helper()
+	return newClusterWith(t, n, fsync, timing, nil)
+}
+
+// newClusterWith is newTimedCluster with spec changed by edit (when not
+// nil) before the FelixCluster is created. Unless FELIX_E2E_INSECURE=1,
+// it waits for the FelixUser e2e-admin's certificate, which the harness's
+// clients connect with.
+func newClusterWith(t testing.TB, n int32, fsync felixv1.FsyncMode, timing clusterTiming, edit func(*felixv1.FelixClusterSpec)) *cluster {
+	t.Helper()
 	env := testenv.Start(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: controllers.NewScheme(), Cache: controllers.CacheOptions(),
@@ -142,7 +158,8 @@ func newTimedCluster(t testing.TB, n int32, fsync felixv1.FsyncMode, timing clus
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	c := &cluster{t: t, env: env, c: env.Client, bin: felixBinary(t), namespace: "e2e", name: "demo",
-		dir: t.TempDir(), fsync: fsync, timing: timing, brokers: map[string]*brokerProc{}}
+		dir: t.TempDir(), fsync: fsync, timing: timing, insecure: insecureFromEnv(), brokers: map[string]*brokerProc{}}
+	c.secrets = newSecretSync(ctx, env.Client, c.namespace, 200*time.Millisecond)
 	t.Cleanup(func() {
 		c.mu.Lock()
 		for _, b := range c.brokers {
@@ -166,8 +183,14 @@ func newTimedCluster(t testing.TB, n int32, fsync felixv1.FsyncMode, timing clus
 			HeartbeatInterval: &metav1.Duration{Duration: timing.heartbeat},
 			NodeExpiry:        &metav1.Duration{Duration: timing.expiry}},
 	}
+	if edit != nil {
+		edit(&fc.Spec)
+	}
 	if err := c.c.Create(ctx, fc); err != nil {
 		t.Fatal(err)
+	}
+	if !c.insecure {
+		c.createUser(t, adminUser, prefixGrants(allOperations, adminPrefixes...))
 	}
 	return c
 }
@@ -182,11 +205,19 @@ func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 		"--cluster", c.name, "--broker", name, "--namespace", c.namespace,
 		"--kubeconfig", c.env.Kubeconfig, "--data-dir", dataDir,
 		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", string(c.fsync), // as the operator passes it
-		"--heartbeat-interval", c.timing.heartbeat.String(), "--node-expiry", c.timing.expiry.String(),
-		// These scenarios test replication and recovery, not security:
-		// plaintext, replication over the client port, as before the peer
-		// port (the secure set-up is tested in broker/member).
-		"--insecure-no-tls")
+		"--heartbeat-interval", c.timing.heartbeat.String(), "--node-expiry", c.timing.expiry.String())
+	if c.insecure {
+		// Plaintext, replication over the client port (benchmarks'
+		// comparison; never what the operator runs).
+		cmd.Args = append(cmd.Args, "--insecure-no-tls")
+	} else {
+		// As the operator's pod spec has it: the broker's Secret mounted
+		// (kept in step here, as the kubelet does), a peer port and an
+		// HTTPS metrics port.
+		tlsDir := c.brokerTLSDir(name)
+		c.secrets.track(c.t, controllers.BrokerTLSSecretName(name), tlsDir)
+		cmd.Args = append(cmd.Args, "--tls-dir", tlsDir, "--peer-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	}
 	if c.timing.pass > 0 {
 		cmd.Args = append(cmd.Args, "--pass-interval", c.timing.pass.String())
 	}
@@ -225,6 +256,8 @@ func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 	select {
 	case m := <-serving:
 		b.addr, b.http, b.id = m["listen"].(string), m["http"].(string), m["storageID"].(string)
+		b.peer, _ = m["peer"].(string)
+		b.metrics, _ = m["metrics"].(string)
 	case <-b.exited:
 		c.t.Fatalf("broker %s exited before serving; log: %s", name, c.brokerLog(name))
 	case <-time.After(60 * time.Second):
@@ -405,10 +438,11 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, warmup, run string) fun
 	}
 	return func() {
 		wg.Wait()
+		hc := c.metricsClient(t)
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for name, b := range c.brokers {
-			if err := fetchTo(fmt.Sprintf("http://%s/metrics", b.http), filepath.Join(dir, name+"-"+tag+".metrics.txt")); err != nil {
+			if err := fetchWith(hc, c.metricsURL(b), filepath.Join(dir, name+"-"+tag+".metrics.txt")); err != nil {
 				t.Errorf("metrics of %s: %v", name, err)
 			}
 		}
@@ -416,8 +450,11 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, warmup, run string) fun
 }
 
 // fetchTo saves the body of a GET of url into path.
-func fetchTo(url, path string) error {
-	resp, err := http.Get(url)
+func fetchTo(url, path string) error { return fetchWith(http.DefaultClient, url, path) }
+
+// fetchWith is fetchTo with the client hc.
+func fetchWith(hc *http.Client, url, path string) error {
+	resp, err := hc.Get(url)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/internal/diskfault"
 )
@@ -43,7 +42,7 @@ func TestCorruptFollowerGivesUpItsClaimAndIsCopiedAgain(t *testing.T) {
 	leader := c.leaderOf("orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.Dial(ctx, c.addressOf(leader), client.Options{})
+	cl, err := c.dial(ctx, c.addressOf(leader))
 	if err != nil {
 		t.Fatal(err)
 	}

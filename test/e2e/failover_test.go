@@ -7,7 +7,6 @@ import (
 	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 )
@@ -27,7 +26,7 @@ func (c *cluster) appendAcked(t *testing.T, stream string, n int, prefix string)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		cl, err := client.Dial(ctx, c.addressOf(sh.Status.Assignment.Leader), client.Options{})
+		cl, err := c.dial(ctx, c.addressOf(sh.Status.Assignment.Leader))
 		if err != nil {
 			cancel()
 			time.Sleep(50 * time.Millisecond)
@@ -53,11 +52,11 @@ func (c *cluster) appendAcked(t *testing.T, stream string, n int, prefix string)
 // readAll reads the whole data log of shard 0 from a broker. A broker that
 // was just assigned the lead serves once it has seen the assignment and
 // fenced the shard, so refusals are retried until a deadline.
-func readAll(t *testing.T, addr, stream string) map[uint64]string {
+func (c *cluster) readAll(t *testing.T, addr, stream string) map[uint64]string {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		out, err := tryReadAll(addr, stream)
+		out, err := c.tryReadAll(addr, stream)
 		if err == nil {
 			return out
 		}
@@ -68,10 +67,10 @@ func readAll(t *testing.T, addr, stream string) map[uint64]string {
 	}
 }
 
-func tryReadAll(addr, stream string) (map[uint64]string, error) {
+func (c *cluster) tryReadAll(addr, stream string) (map[uint64]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl, err := client.Dial(ctx, addr, client.Options{})
+	cl, err := c.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +120,7 @@ func TestRP5_QuorumFailoverKeepsAcknowledgedRecords(t *testing.T) {
 	for k, v := range c.appendAcked(t, "orders", 50, "after") {
 		acked[k] = v
 	}
-	got := readAll(t, c.addressOf(now.Leader), "orders")
+	got := c.readAll(t, c.addressOf(now.Leader), "orders")
 	for off, want := range acked {
 		if got[off] != want {
 			t.Errorf("acknowledged record at %d: want %q, new leader has %q", off, want, got[off])

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 	"felix.dev/felix/internal/powerfs"
@@ -146,7 +145,7 @@ func TestPowerCutFollowerRotatesAndIsCopiedAgain(t *testing.T) {
 	// Nothing acknowledged was lost: the leader serves every record.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.Dial(ctx, c.addressOf(c.leaderOf("orders")), client.Options{})
+	cl, err := c.dial(ctx, c.addressOf(c.leaderOf("orders")))
 	if err != nil {
 		t.Fatal(err)
 	}

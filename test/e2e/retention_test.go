@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +16,6 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
-	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 )
@@ -37,8 +35,7 @@ func (c *cluster) metricValue(broker, sample string) (float64, bool) {
 	c.mu.Lock()
 	b := c.brokers[broker]
 	c.mu.Unlock()
-	hc := http.Client{Timeout: 5 * time.Second}
-	resp, err := hc.Get("http://" + b.http + "/metrics")
+	resp, err := c.metricsClient(c.t).Get(c.metricsURL(b))
 	if err != nil {
 		return 0, false
 	}
@@ -80,7 +77,7 @@ func (c *cluster) appendBatchesAcked(t *testing.T, stream, prefix string, batche
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		cl, err := client.Dial(ctx, c.addressOf(leader), client.Options{})
+		cl, err := c.dial(ctx, c.addressOf(leader))
 		if err != nil {
 			cancel()
 			time.Sleep(50 * time.Millisecond)
@@ -125,7 +122,7 @@ func TestRetention_TrimDeletesSegmentsAndWipedFollowerCatchesUpFromLeaderStart(t
 	leader := c.leaderOf("orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.Dial(ctx, c.addressOf(leader), client.Options{})
+	cl, err := c.dial(ctx, c.addressOf(leader))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +203,7 @@ func TestRetention_TrimDeletesSegmentsAndWipedFollowerCatchesUpFromLeaderStart(t
 		return now.Leader != leader && now.Epoch > old2.Epoch, shardState(sh)
 	})
 	t.Logf("promoted %s at epoch %d", now.Leader, now.Epoch)
-	got := readAll(t, c.addressOf(now.Leader), "orders")
+	got := c.readAll(t, c.addressOf(now.Leader), "orders")
 	missing := 0
 	for off, want := range acked {
 		if off >= floor && got[off] != want {
@@ -221,7 +218,7 @@ func TestRetention_TrimDeletesSegmentsAndWipedFollowerCatchesUpFromLeaderStart(t
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer rcancel()
-	rc, err := client.Dial(rctx, c.addressOf(now.Leader), client.Options{})
+	rc, err := c.dial(rctx, c.addressOf(now.Leader))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +262,7 @@ func TestRetention_ByBytesDeletesOldSegmentsInClusterMode(t *testing.T) {
 		})
 	}
 	leader := c.leaderOf("events")
-	got := readAll(t, c.addressOf(leader), "events")
+	got := c.readAll(t, c.addressOf(leader), "events")
 	first := ^uint64(0)
 	for off := range got {
 		first = min(first, off)
