@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,6 +287,36 @@ func TestSecurity_ForgedShipAppendOnClientPortIsRefused(t *testing.T) {
 	}
 }
 
+// probeServed completes a TLS handshake with broker name's client port
+// (as the admin user) or peer port (with broker other's kept
+// certificate) and returns the serial of the certificate it served.
+func (c *cluster) probeServed(name, other, port string) (string, error) {
+	c.mu.Lock()
+	b := c.brokers[name]
+	c.mu.Unlock()
+	var conf *tls.Config
+	addr := b.addr
+	if port == "peer" {
+		src, err := pki.NewSource(pki.SourceOptions{Files: pki.DirFiles(c.brokerTLSDir(other))})
+		if err != nil {
+			return "", err
+		}
+		conf, addr = pki.PeerDialConfig(src, name), b.peer
+	} else {
+		var err error
+		if conf, err = c.clientTLSAs(adminUser); err != nil {
+			return "", err
+		}
+	}
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	nc, err := tls.DialWithDialer(d, "tcp", addr, conf)
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	return nc.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+}
+
 // fullLog is everything broker name logged so far.
 func (c *cluster) fullLog(t *testing.T, name string) string {
 	t.Helper()
@@ -532,6 +564,37 @@ func TestSecurity_RotationUnderLoad(t *testing.T) {
 	)
 	stop := time.Now().Add(run)
 	var wg sync.WaitGroup
+	// A prober opens new TLS connections to every broker's client and
+	// peer ports throughout (a broker re-reads its files when a handshake
+	// needs them, so long-lived peer connections alone would not show a
+	// follower's rotation) and notes the certificate each served.
+	served := map[string]map[string]bool{} // "broker port" -> serials
+	var probeErrs []error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for time.Now().Before(stop) {
+			for i := 0; i < 3; i++ {
+				name := fmt.Sprintf("%s-%d", c.name, i)
+				other := fmt.Sprintf("%s-%d", c.name, (i+1)%3)
+				for _, port := range []string{"client", "peer"} {
+					serial, err := c.probeServed(name, other, port)
+					mu.Lock()
+					if err != nil {
+						probeErrs = append(probeErrs, fmt.Errorf("%s %s port: %w", name, port, err))
+					} else {
+						k := name + " " + port
+						if served[k] == nil {
+							served[k] = map[string]bool{}
+						}
+						served[k][serial] = true
+					}
+					mu.Unlock()
+				}
+			}
+			time.Sleep(time.Second)
+		}
+	}()
 	for p := 0; p < publishers; p++ {
 		wg.Add(1)
 		go func() {
@@ -591,11 +654,27 @@ func TestSecurity_RotationUnderLoad(t *testing.T) {
 		if b.cmd.Process.Pid != pids[name] {
 			t.Errorf("%s restarted: pid %d, was %d", name, b.cmd.Process.Pid, pids[name])
 		}
-		logs := c.fullLog(t, name)
-		if n := strings.Count(logs, "certificate files reloaded"); n < 2 {
-			t.Errorf("%s reloaded its certificate files %d times, want at least 2", name, n)
+		for _, port := range []string{"client", "peer"} {
+			got := served[name+" "+port]
+			if len(got) < 3 {
+				t.Errorf("%s served %d certificates on its %s port during the run, want at least 3", name, len(got), port)
+			}
+			for s := range got {
+				if !slices.Contains(serials, s) {
+					t.Errorf("%s served certificate %s on its %s port, not one of its Secret's %v", name, s, port, serials)
+				}
+			}
 		}
-		t.Logf("%s: %d certificates, %d reloads, pid %d", name, len(serials), strings.Count(logs, "certificate files reloaded"), pids[name])
+		// After the run: a new connection gets the Secret's current one.
+		if s, err := c.probeServed(name, fmt.Sprintf("%s-%d", c.name, (i+1)%3), "client"); err != nil || s != serials[len(serials)-1] {
+			t.Errorf("%s serves %s (%v) after the run, its Secret holds %s", name, s, err, serials[len(serials)-1])
+		}
+		t.Logf("%s: Secret had %d certificates; served %d on the client port, %d on the peer port; %d reloads logged; pid %d",
+			name, len(serials), len(served[name+" client"]), len(served[name+" peer"]),
+			strings.Count(c.fullLog(t, name), "certificate files reloaded"), pids[name])
+	}
+	if len(probeErrs) > 0 {
+		t.Errorf("%d failed handshakes during rotation, first: %v", len(probeErrs), probeErrs[0])
 	}
 	if s := c.secrets.serialsOf(adminUser); len(s) < 3 {
 		t.Errorf("%s's certificate changed %d times during the run, want at least 2", adminUser, len(s)-1)
