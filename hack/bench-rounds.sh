@@ -11,6 +11,16 @@
 #   hack/bench-rounds.sh                     # 4 rounds of 8 s runs
 #   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
 #   FULL_PAGE_CACHE=1 hack/bench-rounds.sh   # memory full of page cache
+#   TLS=1 hack/bench-rounds.sh               # both over mutual TLS
+#
+# Without TLS both run in plaintext: the peer's client connections and
+# routes, and Felix's brokers with --insecure-no-tls (FELIX_E2E_INSECURE=1;
+# replication over the client port, no authentication). TLS=1 runs both as
+# a secure deployment does: the peer with mutual TLS on client connections
+# and cluster routes (natsbench --tls, a CA and certificates made for the
+# run), Felix as the operator runs it (the harness's default): TLS with a
+# FelixUser's client certificate on the client port, replication over the
+# mutual-TLS peer port, every request authorized.
 #
 # FULL_PAGE_CACHE=1 fills the machine's memory with clean page cache (a
 # sparse file the size of the memory, read) before every run, so that the
@@ -42,11 +52,19 @@ fi
 # is in the page cache again.
 fullcache() { if [[ -n "$fill" ]]; then cat "$fill" >/dev/null; fi; }
 
-peer() { fullcache; bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$1" --sync-always | tail -1; }
+peertls=()
+felixenv=(FELIX_E2E_INSECURE=1)
+if [[ -n "${TLS:-}" ]]; then
+	peertls=(--tls)
+	felixenv=()
+fi
+echo "# TLS=${TLS:-} (peer ${peertls[*]:-plaintext}; felix ${felixenv[*]:-secure})" >&2
+
+peer() { fullcache; bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$1" --sync-always "${peertls[@]}" | tail -1; }
 felix() {
 	for shape in sync16 pipelined; do
 		fullcache
-		(cd test/e2e && FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumAppend/OnCommit/$shape\$" -test.benchtime 1x | grep '^Benchmark')
+		(cd test/e2e && env "${felixenv[@]}" FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumAppend/OnCommit/$shape\$" -test.benchtime 1x | grep '^Benchmark')
 	done
 }
 
@@ -60,6 +78,7 @@ for ((i = 1; i <= ROUNDS; i++)); do
 		felix
 	} >>"$results"
 done
+echo "mode: TLS=${TLS:-0} (peer ${peertls[*]:-plaintext}; felix ${felixenv[*]:-secure})"
 python3 - "$results" <<'PY'
 import json, re, sys
 rounds, cur = [], None

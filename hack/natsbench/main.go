@@ -45,12 +45,14 @@ type config struct {
 	warmup     time.Duration
 	syncAlways bool
 	replicas   int
+	tls        bool
 }
 
 type result struct {
 	Peer          string  `json:"peer"`
 	Replicas      int     `json:"replicas"`
 	SyncAlways    bool    `json:"syncAlways"`
+	TLS           bool    `json:"tls"`
 	Publishers    int     `json:"publishers"`
 	Pending       int     `json:"pending"`
 	RecordSize    int     `json:"recordSize"`
@@ -80,6 +82,7 @@ func main() {
 	flag.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured warm-up")
 	flag.BoolVar(&c.syncAlways, "sync-always", false, "JetStream sync_interval: always (fsync before every acknowledgement); default is the server's default durability")
 	flag.IntVar(&c.replicas, "replicas", 3, "servers and stream replicas")
+	flag.BoolVar(&c.tls, "tls", false, "mutual TLS on client connections and cluster routes (certificates made here, ECDSA P-256, as Felix's)")
 	flag.Parse()
 	res, err := run(c)
 	if err != nil {
@@ -110,15 +113,22 @@ func freePorts(n int) ([]int, error) {
 
 // startCluster writes one config per server and starts them; the returned
 // function stops them all.
-func startCluster(c config, dir string) ([]string, []int, func(), error) {
+func startCluster(c config, dir string, certs *tlsFiles) ([]string, []int, func(), error) {
 	ports, err := freePorts(2 * c.replicas)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	scheme, tlsBlock := "nats", ""
+	if certs != nil {
+		// Both the client port and the routes require a certificate of
+		// the bench CA, as Felix's client and peer ports do.
+		scheme = "tls"
+		tlsBlock = fmt.Sprintf("tls { cert_file: %q, key_file: %q, ca_file: %q, verify: true, timeout: 5 }", certs.serverCert, certs.serverKey, certs.ca)
+	}
 	var routes, urls []string
 	for i := 0; i < c.replicas; i++ {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[c.replicas+i]))
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		urls = append(urls, fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[i]))
 	}
 	var cmds []*exec.Cmd
 	stop := func() {
@@ -135,9 +145,11 @@ func startCluster(c config, dir string) ([]string, []int, func(), error) {
 		rs, _ := json.Marshal(routes)
 		conf := fmt.Sprintf(`server_name: n%d
 listen: 127.0.0.1:%d
+%s
 jetstream { store_dir: %q, %s }
-cluster { name: bench, listen: 127.0.0.1:%d, routes: %s }
-`, i, ports[i], filepath.Join(dir, fmt.Sprintf("n%d", i)), sync, ports[c.replicas+i], rs)
+cluster { name: bench, listen: 127.0.0.1:%d, routes: %s
+%s }
+`, i, ports[i], tlsBlock, filepath.Join(dir, fmt.Sprintf("n%d", i)), sync, ports[c.replicas+i], rs, tlsBlock)
 		path := filepath.Join(dir, fmt.Sprintf("n%d.conf", i))
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 			stop()
@@ -214,14 +226,20 @@ func run(c config) (result, error) {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	urls, pids, stop, err := startCluster(c, dir)
+	var certs *tlsFiles
+	if c.tls {
+		if certs, err = writeTLSFiles(dir); err != nil {
+			return result{}, err
+		}
+	}
+	urls, pids, stop, err := startCluster(c, dir, certs)
 	if err != nil {
 		return result{}, err
 	}
 	defer stop()
 
 	ctx := context.Background()
-	admin, err := connect(urls)
+	admin, err := connect(urls, certs)
 	if err != nil {
 		return result{}, err
 	}
@@ -261,7 +279,7 @@ func run(c config) (result, error) {
 	stopAt := time.Now().Add(c.warmup + c.duration)
 	var wg sync.WaitGroup
 	for p := 0; p < c.publishers; p++ {
-		nc, err := connect(urls)
+		nc, err := connect(urls, certs)
 		if err != nil {
 			return result{}, err
 		}
@@ -358,18 +376,22 @@ func run(c config) (result, error) {
 		return float64(d.Microseconds()) / float64(n)
 	}
 	return result{ServersCPUMicros: perRecord(serversCPU1 - serversCPU0), ClientCPUMicros: perRecord(clientCPU1 - clientCPU0),
-		Peer: "nats-jetstream", Replicas: c.replicas, SyncAlways: c.syncAlways,
+		Peer: "nats-jetstream", Replicas: c.replicas, SyncAlways: c.syncAlways, TLS: c.tls,
 		Publishers: c.publishers, Pending: c.pending, RecordSize: c.size,
 		Seconds: secs, Records: n, RecordsPerSec: float64(n) / secs,
 		MBPerSec: float64(n) * float64(c.size) / secs / 1e6,
 		P50Ms:    pct(0.50), P99Ms: pct(0.99), P999Ms: pct(0.999), Errors: errs.Load()}, nil
 }
 
-func connect(urls []string) (*nats.Conn, error) {
+func connect(urls []string, certs *tlsFiles) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Timeout(2 * time.Second)}
+	if certs != nil {
+		opts = append(opts, nats.ClientCert(certs.clientCert, certs.clientKey), nats.RootCAs(certs.ca))
+	}
 	var last error
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		nc, err := nats.Connect(urls[0], nats.Timeout(2*time.Second))
+		nc, err := nats.Connect(urls[0], opts...)
 		if err == nil {
 			return nc, nil
 		}
