@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/broker/auth"
 	brokerclient "felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
@@ -201,4 +203,54 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// --tls-client-ca makes a standalone broker require client certificates
+// of that CA; the principal is named by the certificate's CN.
+func TestStandaloneClientCA(t *testing.T) {
+	ca, err := pki.NewCA("standalone-ca", time.Now(), time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pki.Identity{Namespace: "dev", Cluster: "solo", Kind: pki.KindBroker, Name: "solo"}
+	certPEM, keyPEM, err := ca.Issue(pki.LeafRequest{Identity: id, Now: time.Now(), Validity: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f := brokerFlags{tlsCert: filepath.Join(dir, "tls.crt"), tlsKey: filepath.Join(dir, "tls.key"), tlsClientCA: filepath.Join(dir, "ca.crt")}
+	for p, b := range map[string][]byte{f.tlsCert: certPEM, f.tlsKey: keyPEM, f.tlsClientCA: ca.CertPEM()} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf, authn, err := standaloneTLS(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conf.ClientAuth != tls.RequireAndVerifyClientCert || conf.ClientCAs == nil || authn == nil {
+		t.Fatalf("client auth %v, CAs %v", conf.ClientAuth, conf.ClientCAs != nil)
+	}
+	leaf, _ := x509.ParseCertificate(mustLeaf(t, certPEM, keyPEM).Certificate[0])
+	p, err := authn(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}})
+	if err != nil || p.Kind != auth.User || p.Name != "solo" {
+		t.Fatalf("principal %v, %v", p, err)
+	}
+	if _, err := authn(&tls.ConnectionState{}); err == nil {
+		t.Fatal("no certificate accepted")
+	}
+	// Without --tls-client-ca: TLS, no client authentication.
+	f.tlsClientCA = ""
+	if conf, authn, err := standaloneTLS(f); err != nil || conf.ClientAuth != tls.NoClientCert || authn != nil {
+		t.Fatalf("plain TLS: %v %v %v", conf.ClientAuth, authn != nil, err)
+	}
+}
+
+func mustLeaf(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
+	t.Helper()
+	c, err := pki.ParseLeaf(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
