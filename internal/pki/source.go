@@ -57,7 +57,8 @@ type SourceOptions struct {
 	// content (not for the first load in NewSource, and not when the files
 	// were looked at and had not changed): err is nil when the new
 	// material is now served, else why the last good material was kept.
-	// It is called without the Source's lock held and may call Current.
+	// It is called without the Source's lock held and may call Current;
+	// calls made from concurrent Currents are not ordered.
 	OnReload func(err error)
 }
 
@@ -188,7 +189,8 @@ func (s *Source) Failures() uint64 {
 }
 
 // LastError returns why the latest attempt to load changed content
-// failed, or nil if it succeeded (or none was made).
+// failed, or nil if it succeeded, none was made, or the files went back
+// to the content being served.
 func (s *Source) LastError() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
