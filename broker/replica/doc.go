@@ -97,11 +97,20 @@
 //
 //	mgr, _ := replica.NewManager(replica.Options{
 //		Store: store, Self: nodeName, SelfStorageID: id, Incarnation: inc,
-//		Resolve: peerAddr, // NodeID -> host:port of its broker server
+//		Resolve: peerAddr, // NodeID -> host:port of its peer port
+//		ClientAddr: clientAddr, // NodeID -> host:port of its client port
+//		Dial: mtlsDial, // TLS with this broker's certificate
 //		OnReport: reports.Publish, // non-blocking hand-off to controlplane
 //	})
+//	// Client port: refuses replication frames.
 //	srv := server.New(mgr.Shards(), server.Options{
-//		StorageID: id[:], Replication: mgr.ReplicationHandler(), ...})
+//		StorageID: id[:], Replication: mgr.ReplicationHandler(),
+//		Authenticate: verifyClient, Authorizer: grants, ...})
+//	// Peer port: mutual TLS, brokers only; the handler applies a frame
+//	// only if its sender is the broker on the certificate.
+//	peerSrv := server.New(mgr.Shards(), server.Options{Role: server.RolePeer,
+//		StorageID: id[:], Replication: mgr.ReplicationHandler(),
+//		TLS: peerTLS, Authenticate: verifyBroker, ...})
 //	// For every FelixShard this broker is a replica of:
 //	mgr.EnsureShard(shard, replicas, ackMode, base)
 //	mgr.SetKnownEpoch(shard, epoch)     // from the control plane, before shipping

@@ -58,6 +58,12 @@ type node struct {
 	registry    *prometheus.Registry
 	srv         *server.Server
 	addr        string
+	// With cluster.pki: the peer port (mutual TLS) and the servers'
+	// metrics (both ports share them).
+	peerSrv    *server.Server
+	peerAddr   string
+	srvMetrics *server.Metrics
+	srvReg     *prometheus.Registry
 
 	repMu   sync.Mutex
 	reports []replication.Report
@@ -82,6 +88,13 @@ type cluster struct {
 	// and measure (logstore.Options.MinFreeBytes, FreeSpace).
 	minFree   uint64
 	freeSpace func(dir string) (uint64, error)
+	// pki, when set, runs each node as a broker does: a client port that
+	// refuses replication and a peer port with mutual TLS (peerauth_test.go);
+	// dir then maps to peer ports and clientDir to client ports. Without
+	// it nodes replicate over their client ports
+	// (server.Options.InsecurePeersOnClientPort).
+	pki       *testPKI
+	clientDir *directory
 }
 
 func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.NodeID) *cluster {
@@ -98,7 +111,7 @@ func newClusterIn(t testing.TB, fsync logstore.FsyncMode, mkdir func() string, p
 // node starts (segment size, maintenance, metrics).
 func newClusterCfg(t testing.TB, fsync logstore.FsyncMode, mkdir func() string, pass time.Duration, cfg func(*cluster), names ...replication.NodeID) *cluster {
 	c := &cluster{t: t, dir: &directory{addrs: map[replication.NodeID]string{}}, nodes: map[replication.NodeID]*node{},
-		fsync: fsync, pass: pass}
+		fsync: fsync, pass: pass, clientDir: &directory{addrs: map[replication.NodeID]string{}}}
 	if benchPass > 0 {
 		c.pass = benchPass
 	}
@@ -148,8 +161,13 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 			t.Fatal(err)
 		}
 	}
+	var dialPeer func(context.Context, string) (net.Conn, error)
+	var clientAddr func(replication.NodeID) (string, error)
+	if c.pki != nil {
+		dialPeer, clientAddr = c.pki.dialer(t, name), c.clientDir.resolve
+	}
 	n.mgr, err = NewManager(Options{
-		Store: n.store, Self: name, SelfStorageID: n.id, Incarnation: incarnation,
+		Store: n.store, Self: name, SelfStorageID: n.id, Incarnation: incarnation, Dial: dialPeer, ClientAddr: clientAddr,
 		Resolve: c.dir.resolve, PassInterval: c.pass, MaxInflight: benchInflight, MaxBatch: benchBatch,
 		MaintainInterval: c.maintain, Metrics: n.metrics,
 		OnReport: func(r replication.Report, viewAt time.Time) {
@@ -168,14 +186,34 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler(), InsecurePeersOnClientPort: true})
+	if c.pki != nil {
+		n.srvReg = prometheus.NewRegistry()
+		if n.srvMetrics, err = server.NewMetrics(n.srvReg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler(),
+		InsecurePeersOnClientPort: c.pki == nil, Metrics: n.srvMetrics})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.addr = l.Addr().String()
 	go func() { _ = n.srv.Serve(l) }()
+	c.clientDir.set(name, n.addr)
 	c.dir.set(name, n.addr)
+	if c.pki != nil {
+		n.peerSrv = server.New(n.mgr.Shards(), server.Options{Role: server.RolePeer, StorageID: n.id[:],
+			Replication: n.mgr.ReplicationHandler(), TLS: c.pki.serverConfig(t), Authenticate: c.pki.authenticate,
+			Metrics: n.srvMetrics})
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.peerAddr = pl.Addr().String()
+		go func() { _ = n.peerSrv.Serve(pl) }()
+		c.dir.set(name, n.peerAddr)
+	}
 	c.nodes[name] = n
 	return n
 }
@@ -186,6 +224,9 @@ func (n *node) stop() {
 		return
 	}
 	n.srv.Close()
+	if n.peerSrv != nil {
+		n.peerSrv.Close()
+	}
 	n.mgr.Close()
 	_ = n.store.Close()
 	n.srv = nil

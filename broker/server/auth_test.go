@@ -279,6 +279,10 @@ func TestPeerPort(t *testing.T) {
 			t.Fatalf("refused not_broker = %v, want 1", n)
 		}
 	})
+	t.Run("nameless broker", func(t *testing.T) {
+		b := startBroker(t, Options{Role: RolePeer, Replication: &countRepl{}, Authenticate: as(auth.Principal{Kind: auth.Broker})})
+		expectRefusedHello(t, b, wire.KnownFeatures, wire.CodeUnauthenticated, "names no broker")
+	})
 	t.Run("failed", func(t *testing.T) {
 		b := startBroker(t, Options{Role: RolePeer, Replication: &countRepl{},
 			Authenticate: func(*tls.ConnectionState) (auth.Principal, error) { return auth.Principal{}, errNoCert }})

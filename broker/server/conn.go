@@ -219,6 +219,12 @@ func (c *conn) authenticate() bool {
 		c.violation("unauthenticated", &wire.Error{Code: wire.CodeUnauthenticated,
 			Message: "the peer port accepts only brokers: present a broker certificate"})
 		return false
+	case o.Role == RolePeer && p.Kind == auth.Broker && p.Name == "":
+		// A nameless broker could not be held to the sender it names.
+		o.Metrics.ReplicationFrameRefused(RefusedNotBroker)
+		c.violation("unauthenticated", &wire.Error{Code: wire.CodeUnauthenticated,
+			Message: "the broker certificate names no broker"})
+		return false
 	case o.Role == RolePeer && p.Kind != auth.Broker:
 		o.Metrics.ReplicationFrameRefused(RefusedNotBroker)
 		c.violation("not-broker", &wire.Error{Code: wire.CodeNotAuthorized,

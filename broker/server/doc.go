@@ -5,7 +5,13 @@
 // on shard logs and how their answers go back, under the connection limits
 // (maximum frame size, records per batch, in-flight bytes per connection,
 // a frame memory budget shared by all connections, connections in all and
-// per remote address, handshake, frame and idle deadlines). Storage is reached through the Shards and
+// per remote address, handshake, frame and idle deadlines), and who may
+// send them: a connection's principal is learned once, after the TLS
+// handshake (Options.Authenticate), every request is checked by an
+// auth.Authorizer before any work, and the port's Role decides which half
+// of the protocol it carries (the client port never hands replication
+// frames on; the peer port serves only brokers and only replication).
+// Storage is reached through the Shards and
 // Log interfaces declared here, so replication can later sit between the
 // server and the log store.
 //

@@ -100,7 +100,8 @@ type Options struct {
 	InsecurePeersOnClientPort bool
 	// Authenticate, when set, is called once per connection after its TLS
 	// handshake (with the connection's state; nil on a plaintext
-	// connection) and returns who the peer is. An error answers the Hello
+	// connection) and returns who the peer is; on a RolePeer server it must
+	// be an auth.Broker with a non-empty Name. An error answers the Hello
 	// with Unauthenticated (the error's text is the message: it must hold
 	// no secret) and closes the connection. Nil: every connection is
 	// auth.Anonymous.
@@ -111,8 +112,10 @@ type Options struct {
 	// nothing done, counted in
 	// felix_broker_requests_refused_total{reason="not_authorized"}. If it
 	// implements auth.AnonymousGate and refuses anonymous connections, an
-	// anonymous connection is answered Unauthenticated at its Hello. Nil
-	// means auth.AllowAll.
+	// anonymous connection is answered Unauthenticated at its Hello. Any
+	// other request type is not a client operation and is refused as
+	// before (BadRequest) without being asked about or served. Nil means
+	// auth.AllowAll.
 	Authorizer auth.Authorizer
 	// Epoch is written on every appended record and trim.
 	Epoch uint64
