@@ -417,6 +417,10 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, warmup, run string) fun
 		t.Fatalf("warm-up %q: %v", warmup, err)
 	}
 	secs := max(1, int(d.Seconds()/2))
+	// A secure broker serves its profiles on the metrics port, behind the
+	// scraper check; an insecure one on --http. No timeout: a profile
+	// takes secs.
+	pc := &http.Client{Transport: c.metricsClient(t).Transport}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var wg sync.WaitGroup
@@ -430,7 +434,10 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, warmup, run string) fun
 				defer wg.Done()
 				time.Sleep(w) // past the client's warm-up
 				url := fmt.Sprintf("http://%s/debug/pprof/%s", b.http, p.path)
-				if err := fetchTo(url, filepath.Join(dir, name+"-"+tag+"."+p.file)); err != nil {
+				if !c.insecure {
+					url = fmt.Sprintf("https://%s/debug/pprof/%s", b.metrics, p.path)
+				}
+				if err := fetchWith(pc, url, filepath.Join(dir, name+"-"+tag+"."+p.file)); err != nil {
 					t.Errorf("%s of %s: %v", p.file, name, err)
 				}
 			}()
@@ -449,10 +456,7 @@ func (c *cluster) profileBrokers(t testing.TB, dir, tag, warmup, run string) fun
 	}
 }
 
-// fetchTo saves the body of a GET of url into path.
-func fetchTo(url, path string) error { return fetchWith(http.DefaultClient, url, path) }
-
-// fetchWith is fetchTo with the client hc.
+// fetchWith saves the body of a GET of url with hc into path.
 func fetchWith(hc *http.Client, url, path string) error {
 	resp, err := hc.Get(url)
 	if err != nil {
