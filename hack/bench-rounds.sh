@@ -12,6 +12,7 @@
 #   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
 #   FULL_PAGE_CACHE=1 hack/bench-rounds.sh   # memory full of page cache
 #   TLS=1 hack/bench-rounds.sh               # both over mutual TLS
+#   TLS=both hack/bench-rounds.sh            # each round both ways: the cost of TLS
 #
 # Without TLS both run in plaintext: the peer's client connections and
 # routes, and Felix's brokers with --insecure-no-tls (FELIX_E2E_INSECURE=1;
@@ -20,7 +21,10 @@
 # and cluster routes (natsbench --tls, a CA and certificates made for the
 # run), Felix as the operator runs it (the harness's default): TLS with a
 # FelixUser's client certificate on the client port, replication over the
-# mutual-TLS peer port, every request authorized.
+# mutual-TLS peer port, every request authorized. TLS=both runs every
+# round plaintext and then with TLS, and adds a table of what TLS costs
+# each system (throughput and CPU per record, TLS over plaintext, per
+# round).
 #
 # FULL_PAGE_CACHE=1 fills the machine's memory with clean page cache (a
 # sparse file the size of the memory, read) before every run, so that the
@@ -52,41 +56,51 @@ fi
 # is in the page cache again.
 fullcache() { if [[ -n "$fill" ]]; then cat "$fill" >/dev/null; fi; }
 
-peertls=()
-felixenv=(FELIX_E2E_INSECURE=1)
-if [[ -n "${TLS:-}" ]]; then
-	peertls=(--tls)
-	felixenv=()
-fi
-echo "# TLS=${TLS:-} (peer ${peertls[*]:-plaintext}; felix ${felixenv[*]:-secure})" >&2
+case "${TLS:-}" in
+"" | 0) modes=(plain) ;;
+both) modes=(plain tls) ;;
+*) modes=(tls) ;;
+esac
 
-peer() { fullcache; bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$1" --sync-always "${peertls[@]}" | tail -1; }
+# peer MODE PENDING; felix MODE
+peer() {
+	local flags=()
+	if [[ $1 == tls ]]; then flags=(--tls); fi
+	fullcache
+	bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$2" --sync-always "${flags[@]}" | tail -1
+}
 felix() {
+	local insecure=1
+	if [[ $1 == tls ]]; then insecure=0; fi
 	for shape in sync16 pipelined; do
 		fullcache
-		(cd test/e2e && env "${felixenv[@]}" FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumAppend/OnCommit/$shape\$" -test.benchtime 1x | grep '^Benchmark')
+		(cd test/e2e && FELIX_E2E_INSECURE=$insecure FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumAppend/OnCommit/$shape\$" -test.benchtime 1x | grep '^Benchmark')
 	done
 }
 
 results="$work/results"
 for ((i = 1; i <= ROUNDS; i++)); do
-	echo "# round $i $(date -u +%TZ) load $(cut -d' ' -f1 /proc/loadavg)" >&2
-	{
-		echo "round $i"
-		echo "peer-sync16 $(peer 1)"
-		echo "peer-pipelined $(peer 8)"
-		felix
-	} >>"$results"
+	echo "round $i" >>"$results"
+	for mode in "${modes[@]}"; do
+		echo "# round $i $mode $(date -u +%TZ) load $(cut -d' ' -f1 /proc/loadavg)" >&2
+		{
+			echo "mode $mode"
+			echo "peer-sync16 $(peer "$mode" 1)"
+			echo "peer-pipelined $(peer "$mode" 8)"
+			felix "$mode"
+		} >>"$results"
+	done
 done
-echo "mode: TLS=${TLS:-0} (peer ${peertls[*]:-plaintext}; felix ${felixenv[*]:-secure})"
 python3 - "$results" <<'PY'
 import json, re, sys
-rounds, cur = [], None
+rounds, cur, mode = [], None, None
 for line in open(sys.argv[1]):
     line = line.strip()
     if line.startswith("round "):
-        cur = {}
-        rounds.append(cur)
+        rounds.append({})
+    elif line.startswith("mode "):
+        mode = line.split()[1]
+        cur = rounds[-1].setdefault(mode, {})
     elif line.startswith("peer-"):
         shape, js = line.split(" ", 1)
         d = json.loads(js)
@@ -98,21 +112,46 @@ for line in open(sys.argv[1]):
         mb = float(re.search(r"([\d.]+) MB/s", line).group(1))
         cpu = sum(float(m.group(1)) for m in re.finditer(r"([\d.]+) (?:brokers|client)-cpu-µs/record", line))
         cur[shape] = (recs, mb, cpu)
-ratios = {"sync16": [], "pipelined": []}
-print("round  peer sync16  felix sync16  ratio  peer 16x8 MB/s  felix 16x8 MB/s  ratio")
-for i, r in enumerate(rounds, 1):
-    s = r["felix-sync16"][0] / r["peer-sync16"][0]
-    p = r["felix-pipelined"][1] / r["peer-pipelined"][1]
-    ratios["sync16"].append(s)
-    ratios["pipelined"].append(p)
-    print(f"{i:5d}  {r['peer-sync16'][0]:11,.0f}  {r['felix-sync16'][0]:12,.0f}  {s:4.2f}x  {r['peer-pipelined'][1]:14.1f}  {r['felix-pipelined'][1]:15.1f}  {p:4.2f}x")
-print()
-print("CPU per record, servers and client (µs): a window where both use most of the")
-print("machine is CPU-bound, and there the throughput ratio follows the CPU ratio")
-print("round  peer sync16  felix sync16  peer 16x8  felix 16x8")
-for i, r in enumerate(rounds, 1):
-    print(f"{i:5d}  {r['peer-sync16'][2]:11,.0f}  {r['felix-sync16'][2]:12,.0f}  {r['peer-pipelined'][2]:9,.0f}  {r['felix-pipelined'][2]:10,.0f}")
-for k, v in ratios.items():
-    v.sort()
-    print(f"{k}: ratio {v[0]:.2f} - {v[-1]:.2f}x, median {v[len(v)//2] if len(v)%2 else (v[len(v)//2-1]+v[len(v)//2])/2:.2f}x")
+
+def median(v):
+    v = sorted(v)
+    return v[len(v)//2] if len(v) % 2 else (v[len(v)//2-1] + v[len(v)//2]) / 2
+
+modes = [m for m in ("plain", "tls") if all(m in r for r in rounds)]
+for m in modes:
+    print(f"mode: {m} ({'both over mutual TLS' if m == 'tls' else 'both in plaintext'})")
+    ratios = {"sync16": [], "pipelined": []}
+    print("round  peer sync16  felix sync16  ratio  peer 16x8 MB/s  felix 16x8 MB/s  ratio")
+    for i, rr in enumerate(rounds, 1):
+        r = rr[m]
+        s = r["felix-sync16"][0] / r["peer-sync16"][0]
+        p = r["felix-pipelined"][1] / r["peer-pipelined"][1]
+        ratios["sync16"].append(s)
+        ratios["pipelined"].append(p)
+        print(f"{i:5d}  {r['peer-sync16'][0]:11,.0f}  {r['felix-sync16'][0]:12,.0f}  {s:4.2f}x  {r['peer-pipelined'][1]:14.1f}  {r['felix-pipelined'][1]:15.1f}  {p:4.2f}x")
+    print()
+    print("CPU per record, servers and client (µs): a window where both use most of the")
+    print("machine is CPU-bound, and there the throughput ratio follows the CPU ratio")
+    print("round  peer sync16  felix sync16  peer 16x8  felix 16x8")
+    for i, rr in enumerate(rounds, 1):
+        r = rr[m]
+        print(f"{i:5d}  {r['peer-sync16'][2]:11,.0f}  {r['felix-sync16'][2]:12,.0f}  {r['peer-pipelined'][2]:9,.0f}  {r['felix-pipelined'][2]:10,.0f}")
+    for k, v in ratios.items():
+        v.sort()
+        print(f"{k}: ratio {v[0]:.2f} - {v[-1]:.2f}x, median {median(v):.2f}x")
+    print()
+if len(modes) == 2:
+    print("TLS over plaintext, same round (throughput: records/s; cpu: per record)")
+    keys = ["peer-sync16", "felix-sync16", "peer-pipelined", "felix-pipelined"]
+    print("round  " + "  ".join(f"{k:>24}" for k in keys))
+    cost = {k: ([], []) for k in keys}
+    for i, rr in enumerate(rounds, 1):
+        cells = []
+        for k in keys:
+            t, c = rr["tls"][k][0] / rr["plain"][k][0], rr["tls"][k][2] / rr["plain"][k][2]
+            cost[k][0].append(t)
+            cost[k][1].append(c)
+            cells.append(f"{t:5.2f}x thr {c:5.2f}x cpu")
+        print(f"{i:5d}  " + "  ".join(f"{c:>24}" for c in cells))
+    print("median " + "  ".join(f"{median(cost[k][0]):5.2f}x thr {median(cost[k][1]):5.2f}x cpu".rjust(24) for k in keys))
 PY
