@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net/http"
@@ -16,8 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/internal/testenv"
 )
 
@@ -155,3 +158,68 @@ func TestOperatorMetrics_PlainWhenAsked(t *testing.T) {
 	}
 }
 
+// TestOperatorWatchNamespaces runs `felix operator --watch-namespaces a`:
+// a FelixCluster in a gets its brokers, one in b is never reconciled.
+func TestOperatorWatchNamespaces(t *testing.T) {
+	env := testenv.Start(t)
+	t.Setenv("KUBECONFIG", env.Kubeconfig)
+	c := env.Client
+	ctx, cancel := context.WithCancel(context.Background())
+	for _, ns := range []string{"a", "b"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs([]string{"operator", "--watch-namespaces", "a", "--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0"})
+	root.SetErr(&stderr)
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("operator exited with %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("operator did not stop")
+		}
+	}()
+	// b first: by the time a is reconciled, b had every chance.
+	for _, ns := range []string{"b", "a"} {
+		fc := &felixv1.FelixCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w"}, Spec: felixv1.FelixClusterSpec{Brokers: 1, Image: "felix:test"}}
+		if err := c.Create(ctx, fc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var fc felixv1.FelixCluster
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "a", Name: "w"}, &fc); err == nil && fc.Status.ObservedGeneration == fc.Generation {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster in the watched namespace was not reconciled; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace("a")); err != nil || len(pods.Items) != 1 {
+		t.Errorf("pods in a: %d (%v); want 1", len(pods.Items), err)
+	}
+	var fb felixv1.FelixCluster
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "b", Name: "w"}, &fb); err != nil {
+		t.Fatal(err)
+	}
+	if fb.Status.ObservedGeneration != 0 {
+		t.Errorf("the cluster in b was reconciled (observed generation %d)", fb.Status.ObservedGeneration)
+	}
+	if err := c.List(ctx, &pods, client.InNamespace("b")); err != nil || len(pods.Items) != 0 {
+		t.Errorf("pods in b: %d (%v); want none", len(pods.Items), err)
+	}
+	var sas corev1.ServiceAccountList
+	if err := c.List(ctx, &sas, client.InNamespace("b"), client.MatchingLabels{"felix.dev/cluster": "w"}); err != nil || len(sas.Items) != 0 {
+		t.Errorf("broker ServiceAccounts in b: %d (%v); want none", len(sas.Items), err)
+	}
+}
