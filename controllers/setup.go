@@ -41,6 +41,11 @@ type Options struct {
 	// registered without a storage id only from a view its leader took,
 	// on the leader's clock, at least this long after the registration.
 	MaxClockSkew time.Duration
+	// BrokerAuthDelegatorRole is the ClusterRole the operator binds each
+	// cluster's broker ServiceAccount to, for the brokers' authenticated
+	// /metrics (TokenReview, SubjectAccessReview); none when empty (a
+	// namespace-scoped operator cannot write ClusterRoleBindings).
+	BrokerAuthDelegatorRole string
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -68,7 +73,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
+		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},

@@ -26,6 +26,7 @@ type operatorOptions struct {
 	leaderElectNS   string
 	leaderElectID   string
 	watchNamespaces []string
+	brokerAuthRole  string
 	verbosity       int
 	maxClockSkew    time.Duration
 }
@@ -42,6 +43,9 @@ func newOperatorCmd() *cobra.Command {
 			"incarnation), watches their heartbeats, reads shard leaders' reports and decides placement.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(o.watchNamespaces) > 0 && !cmd.Flags().Changed("broker-auth-delegator-role") {
+				o.brokerAuthRole = ""
+			}
 			return runOperator(cmd, o)
 		},
 	}
@@ -54,6 +58,7 @@ func newOperatorCmd() *cobra.Command {
 	f.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	f.StringVar(&o.leaderElectID, "leader-election-id", "felix-operator.felix.dev", "name of the leader-election Lease")
 	f.StringSliceVar(&o.watchNamespaces, "watch-namespaces", nil, "watch only these namespaces (comma-separated or repeated; default: all namespaces). With a Role per namespace instead of the ClusterRole; see docs/security.md")
+	f.StringVar(&o.brokerAuthRole, "broker-auth-delegator-role", controllers.DefaultBrokerAuthDelegatorRole, "ClusterRole bound to each cluster's broker ServiceAccount so brokers can authenticate and authorize scrapers of their /metrics by bearer token (\"\": no binding; the default with --watch-namespaces, whose Roles cannot write ClusterRoleBindings)")
 	f.StringSliceVar(&o.watchNamespaces, "namespace", nil, "watch only this namespace")
 	_ = f.MarkDeprecated("namespace", "use --watch-namespaces")
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -94,7 +99,7 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{MaxClockSkew: o.maxClockSkew}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
