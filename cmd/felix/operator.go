@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -83,23 +84,11 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = watchedNamespaces(o.watchNamespaces)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        controllers.NewScheme(),
-		Cache:                         cacheOpts,
-		Metrics:                       metricsOptions(o),
-		HealthProbeBindAddress:        o.probeAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              o.leaderElectID,
-		LeaderElectionNamespace:       o.leaderElectNS,
-		LeaderElectionReleaseOnCancel: true,
-		Logger:                        logger,
-	})
+	mgr, err := ctrl.NewManager(cfg, managerOptions(o, logger))
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole}); err != nil {
+	if err := controllers.Setup(mgr, controllerOptions(o)); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -111,6 +100,29 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	logger.Info("starting felix operator", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "metricsSecure", o.metricsSecure,
 		"probes", o.probeAddr, "watchNamespaces", o.watchNamespaces)
 	return mgr.Start(cmd.Context())
+}
+
+// managerOptions is the operator's manager: its cache restricted to
+// --watch-namespaces, metrics, probes and leader election.
+func managerOptions(o operatorOptions, logger logr.Logger) ctrl.Options {
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = watchedNamespaces(o.watchNamespaces)
+	return ctrl.Options{
+		Scheme:                        controllers.NewScheme(),
+		Cache:                         cacheOpts,
+		Metrics:                       metricsOptions(o),
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectID,
+		LeaderElectionNamespace:       o.leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        logger,
+	}
+}
+
+// controllerOptions are the reconcilers' options from the flags.
+func controllerOptions(o operatorOptions) controllers.Options {
+	return controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole}
 }
 
 // watchedNamespaces is the manager cache's DefaultNamespaces for
