@@ -7,6 +7,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -89,7 +90,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 // CacheOptions restricts the manager's cache to what Felix owns where a
 // cluster holds many objects Felix never needs: only Leases, Pods and PVCs
-// labelled with a Felix cluster are cached (not every node's Lease).
+// labelled with a Felix cluster are cached (not every node's Lease), and
+// of the cluster-scoped ClusterRoleBindings only those of Felix brokers.
 func CacheOptions() cache.Options {
 	hasCluster, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -100,5 +102,6 @@ func CacheOptions() cache.Options {
 		&coordinationv1.Lease{}:         {Label: sel},
 		&corev1.Pod{}:                   {Label: sel},
 		&corev1.PersistentVolumeClaim{}: {Label: sel},
+		&rbacv1.ClusterRoleBinding{}:    {Label: sel},
 	}}
 }
