@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +44,10 @@ type FelixClusterReconciler struct {
 	Events    events.EventRecorder
 	// Rand is the randomness of keys and serials; crypto/rand when nil.
 	Rand io.Reader
+	// BrokerAuthDelegatorRole, when set, is the ClusterRole bound to each
+	// cluster's broker ServiceAccount by a ClusterRoleBinding
+	// (brokerauth.go).
+	BrokerAuthDelegatorRole string
 }
 
 // scaleDownRetry is how often a blocked scale-down looks again (the
@@ -55,12 +60,14 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	var c felixv1.FelixCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.releaseRestorePoint(ctx, req.Namespace, req.Name, func(string) bool { return false })
+			return ctrl.Result{}, errors.Join(r.deleteBrokerAuthBinding(ctx, req.Namespace, req.Name),
+				r.releaseRestorePoint(ctx, req.Namespace, req.Name, func(string) bool { return false }))
 		}
 		return ctrl.Result{}, err
 	}
 	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false })
+		return ctrl.Result{}, errors.Join(r.deleteBrokerAuthBinding(ctx, c.Namespace, c.Name),
+			r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false }))
 	}
 	obs := clusterObservation{Desired: c.Spec.Brokers, Blocked: map[string][]string{}}
 	refused, err := r.recordRestoreEpochs(ctx, &c)
@@ -183,10 +190,16 @@ func (r *FelixClusterReconciler) ensureShared(ctx context.Context, c *felixv1.Fe
 		return err
 	}
 	pdb := podDisruptionBudget(c)
-	return r.upsert(ctx, c, pdb, func(existing client.Object) {
+	if err := r.upsert(ctx, c, pdb, func(existing client.Object) {
 		mergeLabels(existing, pdb.Labels)
 		existing.(*policyv1.PodDisruptionBudget).Spec = pdb.Spec
-	}, obs)
+	}, obs); err != nil {
+		return err
+	}
+	if err := r.ensureNetworkPolicy(ctx, c, obs); err != nil {
+		return err
+	}
+	return r.ensureBrokerAuthBinding(ctx, c)
 }
 
 // upsert creates want (owned by c) or applies mutate to the existing
@@ -484,6 +497,7 @@ func (r *FelixClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Certificate Secrets: the CA's and the brokers' (including
 		// those cert-manager fills), by label.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clusterOfSecret)).
+		Owns(&networkingv1.NetworkPolicy{}).
 		// A shard created or deleted may unblock or block a scale-down.
 		// A backup completing lets the clusters restoring from it go on.
 		Watches(&felixv1.FelixBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRestoringFrom)).
