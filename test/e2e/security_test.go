@@ -348,7 +348,8 @@ func (c *cluster) brokerPeer(name string) string {
 // certificate, a certificate of another CA and an expired certificate of
 // the cluster's CA are refused at the connection; a user without Trim
 // cannot trim; a prefix grant allows appends inside it and nothing
-// outside. Nothing is written by any refused request.
+// outside; a deleted FelixUser's open connection is refused from then on.
+// Nothing is written by any refused request.
 func TestSecurity_ClientAuthenticationAndGrants(t *testing.T) {
 	skipIfInsecure(t)
 	c := newCluster(t, 3, felixv1.FsyncPeriodic)
@@ -505,6 +506,38 @@ func TestSecurity_ClientAuthenticationAndGrants(t *testing.T) {
 		}
 		if now[inside].Tail != start[inside].Tail+1 {
 			t.Fatalf("%s tail %d, want %d (one granted append)", inside, now[inside].Tail, start[inside].Tail+1)
+		}
+	})
+
+	t.Run("deleted user", func(t *testing.T) {
+		// A connection open before the FelixUser is deleted: its requests
+		// are refused once the broker's watch sees the deletion.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		in := c.addressOf(c.leaderOf(inside))
+		cl, err := c.dialAs(ctx, in, "sec-prefix")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		before, err := cl.Describe(ctx, record.ShardID{Stream: inside})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &felixv1.FelixUser{ObjectMeta: metav1.ObjectMeta{Name: "sec-prefix", Namespace: c.namespace}}
+		if err := c.c.Delete(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually("the deleted user refused", 30*time.Second, func() (bool, string) {
+			_, err := cl.Describe(ctx, record.ShardID{Stream: inside})
+			return errors.Is(err, client.ErrNotAuthorized), fmt.Sprint(err)
+		})
+		_, err = cl.Append(ctx, record.ShardID{Stream: inside}, []record.Record{{Payload: []byte("must-not-land")}}, nil)
+		if !errors.Is(err, client.ErrNotAuthorized) {
+			t.Fatalf("append by a deleted user: %v, want NotAuthorized", err)
+		}
+		if d := c.describe(t, in, inside); d != before {
+			t.Fatalf("%s changed by a deleted user's append: %+v, was %+v", inside, d, before)
 		}
 	})
 }
