@@ -3,8 +3,8 @@ package controllers_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"crypto/x509"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
