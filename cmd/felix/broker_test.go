@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
@@ -23,6 +26,7 @@ import (
 	brokerclient "felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/controllers"
 	"felix.dev/felix/internal/pki"
 	"felix.dev/felix/internal/testenv"
 )
@@ -73,11 +77,22 @@ func TestBrokerCommandSecureClusterMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	opCtx, stopOp := context.WithCancel(ctx)
-	op := newRootCmd()
-	op.SetArgs([]string{"operator", "--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0"})
-	op.SetErr(&bytes.Buffer{})
+	// The operator's own manager and controllers, in this process: other
+	// tests of this binary run the same controllers, so controller names
+	// are not checked for uniqueness (TestOperatorCommand runs the whole
+	// command).
+	o := operatorOptions{metricsAddr: "0", probeAddr: "0", maxClockSkew: time.Second}
+	mopts := managerOptions(o, logr.Discard())
+	mopts.Controller.SkipNameValidation = ptr.To(true)
+	mgr, err := ctrl.NewManager(env.Config, mopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllers.Setup(mgr, controllerOptions(o)); err != nil {
+		t.Fatal(err)
+	}
 	opDone := make(chan error, 1)
-	go func() { opDone <- op.ExecuteContext(opCtx) }()
+	go func() { opDone <- mgr.Start(opCtx) }()
 	defer func() { stopOp(); <-opDone }()
 
 	const ns, cluster, broker = "default", "sec", "sec-0"
