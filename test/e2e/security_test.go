@@ -346,7 +346,8 @@ func (c *cluster) brokerPeer(name string) string {
 
 // Who may connect, and what a FelixUser may do, on a real broker: no
 // certificate, a certificate of another CA and an expired certificate of
-// the cluster's CA are refused at the connection; a user without Trim
+// the cluster's CA are refused at the connection, one of the cluster's CA
+// not bound to the FelixUser's uid at its first request; a user without Trim
 // cannot trim; a prefix grant allows appends inside it and nothing
 // outside; a deleted FelixUser's open connection is refused from then on.
 // Nothing is written by any refused request.
@@ -442,6 +443,20 @@ func TestSecurity_ClientAuthenticationAndGrants(t *testing.T) {
 		}
 		t.Logf("expired: %v", err)
 		unchanged("a client with an expired certificate")
+	})
+
+	t.Run("certificate without the FelixUser's uid", func(t *testing.T) {
+		// Of the cluster's CA and valid, but not the one the operator
+		// issued: it names e2e-admin without binding it to that
+		// FelixUser's uid. The connection is authenticated; its requests
+		// are refused.
+		cert, _ := issue(t, ca, pki.Identity{Namespace: c.namespace, Cluster: c.name, Kind: pki.KindUser, Name: adminUser}, time.Now(), time.Hour)
+		err := dialWith(withCert(bundle, cert))
+		if !errors.Is(err, client.ErrNotAuthorized) {
+			t.Fatalf("append with a certificate without the user's uid: %v, want NotAuthorized", err)
+		}
+		t.Logf("no uid: %v", err)
+		unchanged("a client with a certificate without the user's uid")
 	})
 
 	t.Run("no Trim grant", func(t *testing.T) {
