@@ -114,7 +114,7 @@ func CacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: sel},
 		// Only the certificate Secrets the operator makes (or has
 		// cert-manager fill); a CA Secret the user brings is read uncached.
-		&corev1.Secret{}:             {Label: sel},
+		&corev1.Secret{}: {Label: sel},
 		// The one ClusterRoleBinding the operator may read and update
 		// (its RBAC names it; a list of all would be refused).
 		&rbacv1.ClusterRoleBinding{}: {Field: fields.OneTermEqualSelector("metadata.name", DefaultBrokerAuthDelegatorRole)},
