@@ -11,6 +11,7 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/internal/pki"
 )
 
 // errNotOurs: an object the operator would write exists and is not
@@ -321,7 +323,8 @@ func writeOwnedSecret(ctx context.Context, cl client.Client, uncached client.Rea
 func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felixv1.FelixCluster, brokers []string, inRange map[string]bool, duration, renewBefore time.Duration,
 	fail func(reason, msg string, args ...any) (tlsObservation, error)) (tlsObservation, error) {
 	obs := tlsObservation{Ready: map[string]bool{}, Issued: map[string]bool{}}
-	var waiting []string
+	var waiting, noIssuer []string
+	filled := map[string]*x509.Certificate{}
 	for _, b := range brokers {
 		want := leafWant{Identity: brokerIdentity(c, b), DNSNames: brokerDNSNames(c, b), Duration: duration, RenewBefore: renewBefore}
 		name := BrokerTLSSecretName(b)
@@ -350,19 +353,91 @@ func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felix
 		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &s)
 		switch {
 		case err == nil && len(s.Data[SecretKeyTLSCert]) > 0 && brokerSecretOfCluster(c, tlsCertManager, b, &s):
-			obs.Ready[b], obs.Issued[b] = true, true
+			iss, err := issuingCA(s.Data)
+			if err != nil {
+				noIssuer = append(noIssuer, b)
+				continue
+			}
+			filled[b] = iss
 		case err == nil || apierrors.IsNotFound(err):
 			waiting = append(waiting, b)
 		default:
 			return obs, err
 		}
 	}
-	if len(waiting) > 0 {
-		obs.Condition = cond(ConditionTLSReady, false, "WaitingForCertificates", "waiting for cert-manager to fill the certificate Secrets of "+strings.Join(waiting, ", "))
-		return obs, nil
+	if len(filled) > 0 {
+		issuers := make([]*x509.Certificate, 0, len(filled))
+		for _, b := range brokers {
+			if iss := filled[b]; iss != nil {
+				issuers = append(issuers, iss)
+			}
+		}
+		err := r.ensureTrustBundle(ctx, c, issuers)
+		switch {
+		case errors.Is(err, errNotOurs):
+			return fail("SecretConflict", "%v", err)
+		case err != nil:
+			return obs, err
+		}
+		for b := range filled {
+			obs.Ready[b], obs.Issued[b] = true, true
+		}
 	}
-	obs.Condition = cond(ConditionTLSReady, true, "CertificatesIssued", fmt.Sprintf("%d broker certificates issued by cert-manager", len(brokers)))
+	switch {
+	case len(noIssuer) > 0:
+		msg := "the certificate Secrets of " + strings.Join(noIssuer, ", ") + " name no CA that signed them (in tls.crt after the leaf, or ca.crt): the trust bundle takes the issuing CA from there"
+		obs.Condition = cond(ConditionTLSReady, false, "IssuingCAUnknown", msg)
+		obs.Requeue = certificateRetry
+		if prev := meta.FindStatusCondition(c.Status.Conditions, ConditionTLSReady); prev == nil || prev.Reason != "IssuingCAUnknown" {
+			r.event(c, corev1.EventTypeWarning, "IssuingCAUnknown", "Certificates", "%s", msg)
+		}
+	case len(waiting) > 0:
+		obs.Condition = cond(ConditionTLSReady, false, "WaitingForCertificates", "waiting for cert-manager to fill the certificate Secrets of "+strings.Join(waiting, ", "))
+	default:
+		obs.Condition = cond(ConditionTLSReady, true, "CertificatesIssued", fmt.Sprintf("%d broker certificates issued by cert-manager; trusted: the CAs that signed them (Secret %s)", len(brokers), TrustBundleSecretName(c.Name)))
+	}
 	return obs, nil
+}
+
+// ensureTrustBundle keeps the Secret <cluster>-trust (controlled by c)
+// holding, in ca.crt, the CAs that signed the brokers' certificates
+// (issuers) plus those it held already that have not expired, so leaves of
+// an issuer that rotated its CA stay trusted until they are replaced.
+func (r *FelixClusterReconciler) ensureTrustBundle(ctx context.Context, c *felixv1.FelixCluster, issuers []*x509.Certificate) error {
+	key := types.NamespacedName{Namespace: c.Namespace, Name: TrustBundleSecretName(c.Name)}
+	var sec corev1.Secret
+	exists := true
+	switch err := r.Client.Get(ctx, key, &sec); {
+	case apierrors.IsNotFound(err):
+		exists = false
+	case err != nil:
+		return err
+	}
+	if exists && !metav1.IsControlledBy(&sec, c) {
+		return fmt.Errorf("%w: Secret %s", errNotOurs, key.Name)
+	}
+	now := r.Clock.Now()
+	var bundle []*x509.Certificate
+	add := func(x *x509.Certificate) {
+		if x.NotAfter.After(now) && !containsCert(bundle, x) {
+			bundle = append(bundle, x)
+		}
+	}
+	for _, x := range issuers {
+		add(x)
+	}
+	if old, err := pki.ParseCertsPEM(sec.Data[SecretKeyCACert]); exists && err == nil {
+		for _, x := range old {
+			add(x)
+		}
+	}
+	data := map[string][]byte{SecretKeyCACert: pki.EncodeCertsPEM(bundle...)}
+	if exists && sameData(sec.Data, data) {
+		return nil
+	}
+	labels := clusterLabels(c.Name)
+	labels[LabelComponent] = "ca"
+	return r.writeSecret(ctx, c, &sec, exists, key, labels, corev1.SecretTypeOpaque, data)
 }
 
 // brokerSecretOfCluster reports whether s, found under a broker's
@@ -386,11 +461,12 @@ func sharedIssuerRefused(c *felixv1.FelixCluster) bool {
 }
 
 // clusterReservedSecret reports whether name is, or may become, one of
-// the cluster's own Secret names: its CA Secret <cluster>-ca or a
+// the cluster's own Secret names: its CA Secret <cluster>-ca, its trust
+// bundle <cluster>-trust (cert-manager) or a
 // broker's <cluster>-<n>-tls for any ordinal n, present or after a
 // scale-up. A FelixUser of the cluster may not take one.
 func clusterReservedSecret(cluster, name string) bool {
-	if name == CASecretName(cluster) {
+	if name == CASecretName(cluster) || name == TrustBundleSecretName(cluster) {
 		return true
 	}
 	rest, ok := strings.CutPrefix(name, cluster+"-")

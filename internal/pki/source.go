@@ -328,8 +328,10 @@ func loadMaterial(d fileData) (*material, error) {
 }
 
 // chainsToBundle checks, without regard to time, that each certificate
-// of chain is signed by the next and the last is in roots or signed by
-// one of them.
+// of chain is signed by the next and that one of them is in roots or
+// signed by one of them. The bundle may hold an intermediate CA (the CA
+// that signs a cluster's certificates, trusted without the root above
+// it) while the chain goes on to that root.
 func chainsToBundle(chain, roots []*x509.Certificate) error {
 	for i := 0; i+1 < len(chain); i++ {
 		if err := chain[i].CheckSignatureFrom(chain[i+1]); err != nil {
@@ -337,9 +339,11 @@ func chainsToBundle(chain, roots []*x509.Certificate) error {
 		}
 	}
 	top := chain[len(chain)-1]
-	for _, r := range roots {
-		if top.Equal(r) || top.CheckSignatureFrom(r) == nil {
-			return nil
+	for _, c := range chain {
+		for _, r := range roots {
+			if c.Equal(r) || c.CheckSignatureFrom(r) == nil {
+				return nil
+			}
 		}
 	}
 	return fmt.Errorf("%w: issuer %q of %s is not in %s", ErrNotSignedByBundle, top.Issuer, CertFile, CAFile)
