@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	go func() { _ = httpSrv.Serve(cfg.HTTP) }()
+	go func() { _ = httpSrv.Serve(server.LimitHTTPListener(cfg.HTTP, 0)) }()
 	defer func() { _ = httpSrv.Close() }()
 	if metricsSrv != nil {
 		go func() { _ = metricsSrv.Serve(metricsL) }()
@@ -416,7 +416,7 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 	if cfg.Profiles && cfg.Insecure {
 		h = server.WithProfiles(h)
 	}
-	probes = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	probes = server.NewHTTPServer(h)
 	if cfg.Metrics == nil {
 		if !cfg.Insecure {
 			log.Info("no metrics listener: /metrics is not served")
@@ -430,7 +430,7 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 		mh = server.WithProfiles(mh)
 	}
 	if cfg.Insecure {
-		return probes, &http.Server{Handler: mh, ReadHeaderTimeout: 10 * time.Second}, cfg.Metrics, nil
+		return probes, server.NewHTTPServer(mh), server.LimitHTTPListener(cfg.Metrics, 0), nil
 	}
 	if cfg.MetricsAuth == nil {
 		return nil, nil, nil, errors.New("member: a metrics listener needs MetricsAuth")
@@ -443,6 +443,6 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 		mo.Log = log.WithName("metricsauth")
 	}
 	tc := pki.ClientPortConfig(cfg.TLS)
-	metrics = &http.Server{Handler: metricsauth.New(mo).Wrap(mh), ReadHeaderTimeout: 10 * time.Second}
-	return probes, metrics, tls.NewListener(cfg.Metrics, tc), nil
+	metrics = server.NewHTTPServer(metricsauth.New(mo).Wrap(mh))
+	return probes, metrics, tls.NewListener(server.LimitHTTPListener(cfg.Metrics, 0), tc), nil
 }

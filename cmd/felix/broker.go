@@ -288,10 +288,11 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 			_ = hl.Close()
 			return err
 		}
+		ml = server.LimitHTTPListener(ml, 0)
 		if tlsConf != nil {
 			ml = tls.NewListener(ml, tlsConf)
 		}
-		metricsSrv = &http.Server{Handler: server.MetricsHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		metricsSrv = server.NewHTTPServer(server.MetricsHandler(reg))
 		go func() { _ = metricsSrv.Serve(ml) }()
 		defer func() { _ = metricsSrv.Close() }()
 		handler = server.HealthHandler(readiness)
@@ -301,13 +302,13 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	if f.pprof {
 		handler = server.WithProfiles(handler)
 	}
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := server.NewHTTPServer(handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pl) }()
 	if f.maintainInterval > 0 {
 		go maintain(cmd.Context(), log.WithName("maintain"), store, maintMetrics, f.maintainInterval)
 	}
-	go func() { _ = httpSrv.Serve(hl) }()
+	go func() { _ = httpSrv.Serve(server.LimitHTTPListener(hl, 0)) }()
 
 	hello, _ := json.Marshal(map[string]string{"msg": "serving", "listen": pl.Addr().String(), "http": hl.Addr().String(),
 		"storageID": id.String(), "fsync": mode.String(), "decision": running.Decision().Reason.String()})
