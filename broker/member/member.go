@@ -111,6 +111,10 @@ type Config struct {
 	// ServerOptions are passed to the protocol server (Shards, StorageID,
 	// Replication and Metrics are set by the member).
 	ServerOptions server.Options
+	// PeerMaxConnections and PeerMaxConnectionsPerAddress bound the peer
+	// port's connections; zero means DefaultPeerMaxConnections and
+	// DefaultPeerMaxConnectionsPerAddress.
+	PeerMaxConnections, PeerMaxConnectionsPerAddress int
 	// ShutdownTimeout bounds the drain on stop.
 	ShutdownTimeout time.Duration
 	// Log receives progress.
@@ -256,6 +260,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var tlsMetrics *TLSMetrics
+	var peerFailed func(replication.NodeID, error)
+	if !cfg.Insecure {
+		if tlsMetrics, err = NewTLSMetrics(reg, cfg.TLS); err != nil {
+			return err
+		}
+		peerFailed = tlsMetrics.DialFailed
+	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
 		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: cfg.CommitLogValues,
 		LastRun: LastRunOf(identified.Decision()), Logger: log.WithName("logstore"), Metrics: metrics,
@@ -287,7 +299,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	mgr, err := replica.NewManager(replica.Options{
 		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
-		Resolve: resolver.resolve, ClientAddr: resolver.clientAddr, PeerTLS: peerTLS, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
+		Resolve: resolver.resolve, ClientAddr: resolver.clientAddr, PeerTLS: peerTLS, PeerConnectFailed: peerFailed, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
 		MaintainInterval: cfg.MaintainInterval, Metrics: maintMetrics,
 		OnReport: func(r replication.Report, viewAt time.Time) {
 			reports.Set(shardName(r.Shard), toShardReport(r, viewAt, time.Now()))
@@ -325,6 +337,13 @@ func Run(ctx context.Context, cfg Config) error {
 	var peerSrv *server.Server
 	if !cfg.Insecure {
 		pso.Logger = log.WithName("peer-server")
+		pso.OnTLSHandshakeError = tlsMetrics.AcceptFailed
+		if cfg.PeerMaxConnections > 0 {
+			pso.MaxConnections = cfg.PeerMaxConnections
+		}
+		if cfg.PeerMaxConnectionsPerAddress > 0 {
+			pso.MaxConnectionsPerAddress = cfg.PeerMaxConnectionsPerAddress
+		}
 		peerSrv = server.New(mgr.Shards(), pso)
 	}
 	watcher, err := cp.NewShardWatcher()
