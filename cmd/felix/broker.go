@@ -52,17 +52,17 @@ type brokerFlags struct {
 	verbosity                 int
 
 	// Limits against hostile or buggy clients (server.Options).
-	idleTimeout     time.Duration
-	maxPerAddress   int
+	idleTimeout   time.Duration
+	maxPerAddress int
 	// peerMaxConns and peerMaxPerAddress bound the peer port (cluster mode).
 	peerMaxConns, peerMaxPerAddress int
-	maxFrameMemory  int64
-	frameMemoryWait time.Duration
-	peerQueueBytes  int64
-	maxShards       int
-	pprof           bool
-	minFree         byteSize
-	spaceInterval   time.Duration
+	maxFrameMemory                  int64
+	frameMemoryWait                 time.Duration
+	peerQueueBytes                  int64
+	maxShards                       int
+	pprof                           bool
+	minFree                         byteSize
+	spaceInterval                   time.Duration
 
 	// Cluster mode.
 	cluster, broker, namespace string
