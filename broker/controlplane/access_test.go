@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/auth"
@@ -77,7 +78,9 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	must(err)
 	w, err := cp.NewAccessWatcher(auth.NewTable())
 	must(err)
-	go func() { _ = w.Run(ctx) }()
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() { _ = w.Run(runCtx) }()
 	if !w.WaitForSync(ctx) || !w.Synced() {
 		t.Fatal("no sync")
 	}
@@ -107,6 +110,37 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	// A deleted user is refused.
 	must(env.Client.Delete(ctx, alice))
 	poll(t, ctx, "alice refused after delete", func() bool { return !allowed(aliceP, auth.OpAppend) })
+
+	// [L10] The watch stops: anonymous reads, allowed a moment ago, are
+	// refused as stale.
+	stopRun()
+	poll(t, ctx, "refused as stale after the watch stopped", func() bool {
+		return errors.Is(a.Authorize(anon, auth.OpRead, "orders"), ErrStale) && !a.(auth.AnonymousGate).AnonymousAllowed()
+	})
+}
+
+// TestAccessAuthorizerRefusesWhenStale [L10]: once the watch has stopped,
+// the table it fed is not trusted: every request is refused with
+// ErrStale, and anonymous connections too.
+func TestAccessAuthorizerRefusesWhenStale(t *testing.T) {
+	w := &AccessWatcher{table: auth.NewTable(), registered: make(chan struct{})}
+	w.table.Set("alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend}}})
+	w.table.SetAnonymous([]auth.Grant{{Prefix: true, Ops: []auth.Operation{auth.OpRead}}}, true)
+	w.synced = []toolscache.InformerSynced{func() bool { return true }}
+	close(w.registered)
+	a := w.Authorizer()
+	alice := auth.Principal{Kind: auth.User, Name: "alice"}
+	if err := a.Authorize(alice, auth.OpAppend, "orders"); err != nil {
+		t.Fatalf("synced: %v", err)
+	}
+	w.stopped.Store(true) // what Run does when it returns
+	err := a.Authorize(alice, auth.OpAppend, "orders")
+	if !errors.Is(err, auth.ErrNotAuthorized) || !errors.Is(err, ErrStale) || !errors.Is(err, ErrNotSynced) {
+		t.Fatalf("after the watch stopped: %v", err)
+	}
+	if a.(auth.AnonymousGate).AnonymousAllowed() {
+		t.Fatal("anonymous allowed after the watch stopped")
+	}
 }
 
 func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {

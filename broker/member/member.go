@@ -323,7 +323,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		go func() {
 			if err := access.Run(runCtx); err != nil && runCtx.Err() == nil {
-				log.Error(err, "access watch stopped")
+				log.Error(err, "access watch stopped: every client request is refused (authorization data is stale) until the broker restarts")
 			}
 		}()
 		authz = access.Authorizer()
