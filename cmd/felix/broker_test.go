@@ -68,7 +68,8 @@ func TestBrokerSecurityFlags(t *testing.T) {
 // `felix broker` (certificate files in --tls-dir, a client, peer, probe and
 // metrics port) against a real API server: the operator grants the
 // registration and records both addresses; a client certificate with no
-// FelixUser is refused (NotAuthorized); the probe port answers /live in
+// FelixUser is refused (NotAuthorized), and so is the certificate of a
+// FelixUser deleted and recreated under the same name; the probe port answers /live in
 // plain HTTP and serves no /metrics; the metrics port wants credentials.
 func TestBrokerCommandSecureClusterMode(t *testing.T) {
 	env := testenv.Start(t)
@@ -178,6 +179,76 @@ func TestBrokerCommandSecureClusterMode(t *testing.T) {
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.CodeNotAuthorized {
 		t.Fatalf("describe by a user with no FelixUser: %v, want NotAuthorized", err)
+	}
+
+	// A FelixUser deleted and recreated under the same name: the earlier
+	// user's certificate (bound to its uid, and still valid) is refused,
+	// the new user's is not.
+	aliceUser := func() *felixv1.FelixUser {
+		return &felixv1.FelixUser{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice"}, Spec: felixv1.FelixUserSpec{Cluster: cluster,
+			Authorization: felixv1.UserAuthorization{Grants: []felixv1.StreamGrant{{Stream: "orders", Operations: []felixv1.StreamOperation{felixv1.OperationDescribe}}}}}}
+	}
+	dialUser := func(uid string) *brokerclient.Client {
+		t.Helper()
+		c, k, err := ca.Issue(pki.LeafRequest{Identity: pki.Identity{Namespace: ns, Cluster: cluster, Kind: pki.KindUser, Name: "alice"},
+			UID: uid, Now: time.Now(), Validity: time.Hour}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := pki.ParseLeaf(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := brokerclient.Dial(ctx, listenAddr, brokerclient.Options{TLS: pki.ClientConfig(&kp, roots, ns+"/"+cluster, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	// describeRefusal is the NotAuthorized refusal of a Describe, nil when
+	// the request was authorized (whatever else it answered).
+	describeRefusal := func(cl *brokerclient.Client) *wire.Error {
+		_, err := cl.Describe(ctx, record.ShardID{Stream: "orders"})
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.CodeNotAuthorized {
+			return we
+		}
+		return nil
+	}
+	waitAuthorized := func(what string, cl *brokerclient.Client, want bool) {
+		t.Helper()
+		for (describeRefusal(cl) == nil) != want {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s", what)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	first := aliceUser()
+	if err := env.Client.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	oldCl := dialUser(string(first.UID))
+	waitAuthorized("the first alice authorized", oldCl, true)
+	if err := env.Client.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	waitAuthorized("the deleted alice refused", oldCl, false)
+	second := aliceUser()
+	if err := env.Client.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if second.UID == first.UID {
+		t.Fatal("recreated FelixUser has the same uid")
+	}
+	waitAuthorized("the recreated alice authorized", dialUser(string(second.UID)), true)
+	if we := describeRefusal(oldCl); we == nil || !strings.Contains(we.Message, "certificate was issued to an earlier FelixUser of this name") {
+		t.Fatalf("the earlier alice's certificate after the recreation: %v, want the earlier-FelixUser refusal", we)
+	}
+	if we := describeRefusal(dialUser("")); we == nil {
+		t.Fatal("a user certificate without a uid was authorized")
 	}
 
 	hc := &http.Client{Timeout: 5 * time.Second}

@@ -92,6 +92,17 @@ func VerifyClient(s *Source, cs tls.ConnectionState) (Identity, error) {
 	return verifyMember(s, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
 }
 
+// VerifyClientUID is VerifyClient that also returns the uid the verified
+// leaf carries (UIDOf: "" when it carries none). The caller decides what
+// a uid, or its absence, means for the identity's kind.
+func VerifyClientUID(s *Source, cs tls.ConnectionState) (Identity, string, error) {
+	id, err := verifyMember(s, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return Identity{}, "", err
+	}
+	return id, UIDOf(cs.PeerCertificates[0]), nil
+}
+
 // PeerServerConfig returns the server configuration of a broker's peer
 // (replication) port. It presents s's current certificate and requires a
 // client certificate that verifies against s's current trust bundle for
