@@ -77,6 +77,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 		"deployment.apps/felix-felix-operator serverside-applied (server dry run)",
 		"clusterrole.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
 		"clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
+		"clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
 	} {
@@ -121,7 +122,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	// The kustomize config installs the same things.
 	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-k", "config/default")
 	for _, want := range []string{"deployment.apps/felix-operator", "clusterrole.rbac.authorization.k8s.io/felix-operator",
-		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes"} {
+		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kustomize dry run lacks %q:\n%s", want, out)
 		}
