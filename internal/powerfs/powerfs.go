@@ -134,6 +134,14 @@ func (f *FS) unmount() error {
 	return nil
 }
 
+// Mounted reports whether the file system is mounted (a failed Unmount
+// or PowerCut leaves it mounted).
+func (f *FS) Mounted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.server != nil
+}
+
 // SyncAll makes everything durable, as a successful syncfs(2) would.
 func (f *FS) SyncAll() {
 	f.mu.Lock()
