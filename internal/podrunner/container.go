@@ -254,6 +254,7 @@ func (w *podWorker) runOnce(ctx context.Context, cs *containerState, probes bool
 	// A power cut in progress holds the start until its claims are
 	// mounted again; one starting now sees the process and kills it.
 	w.powerMu.Lock()
+	w.syncPowerClaims()
 	p, err := w.launch(ctx, cs, probes)
 	if err != nil {
 		w.powerMu.Unlock()

@@ -180,6 +180,31 @@ func (w *podWorker) onPower() bool {
 	return false
 }
 
+// syncPowerClaims makes everything written to the pod's power-loss
+// claims durable, standing for the syncfs(2) a program starting on the
+// same boot may rely on: FUSE never sees syncfs, so without this a write
+// the page cache held across a kill -9 and that the restarted program's
+// syncfs made durable would still be lost at a later power cut (the felix
+// broker calls syncfs at every start and keeps its storage id on it).
+// Nothing runs on the claims between the previous process's exit and the
+// new start, so syncing now is what that syncfs would do. Called before
+// every container start, with powerMu held.
+func (w *podWorker) syncPowerClaims() {
+	if !w.r.powerLossClaim(w.key.Namespace) {
+		return
+	}
+	w.r.volMu.Lock()
+	defer w.r.volMu.Unlock()
+	for _, v := range w.pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		if pc, ok := w.r.power[w.key.Namespace+"/"+v.PersistentVolumeClaim.ClaimName]; ok {
+			pc.fs.SyncAll()
+		}
+	}
+}
+
 // ensureBootID writes the pod's boot id file if it does not exist yet.
 func (w *podWorker) ensureBootID() error {
 	path := bootIDFile(w.r.cfg.StateDir, w.key.Namespace, w.key.Name)
@@ -204,6 +229,11 @@ func (w *podWorker) ensureBootID() error {
 // changes, as after a reboot. Only then may the runner restart the
 // containers (per restartPolicy, counting restarts, as after Kill): a
 // start due meanwhile waits for the power cut to finish.
+//
+// Every container start on a power-loss claim first makes the claim
+// durable (see syncPowerClaims: FUSE does not see syncfs(2)), so a power
+// cut loses only what was written since the pod's current process
+// started and was not synced by it.
 //
 // It returns what the claims lost, an error wrapping ErrPodNotRunning when
 // the pod has no running container, or ErrNoPowerLoss when none of its

@@ -3,6 +3,7 @@ package podrunner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,8 +93,10 @@ func TestPowerCut_DropsUnsyncedRemountsAndRestartsOnNewBoot(t *testing.T) {
 		t.Fatalf("unsynced file survived the power cut: %v", err)
 	}
 	starts := readLines(t, filepath.Join(dir, "starts"))
-	if len(starts) != 1 || !strings.HasPrefix(starts[0], "p0 ") {
-		t.Fatalf("starts %q: want only the restart's line (the earlier ones were never synced)", starts)
+	// The init container's line was made durable when the main container
+	// started (standing for its syncfs); the first main line was not.
+	if len(starts) != 2 || !strings.HasPrefix(starts[0], "init ") || starts[1] != fmt.Sprintf("p0 %d", readRecord(t, filepath.Join(dir, "p0.json")).PID) {
+		t.Fatalf("starts %q: want the init line (synced at the main start) and the restart's, not the first main start's (never synced)", starts)
 	}
 	rec2 := readRecord(t, filepath.Join(dir, "p0.json"))
 	if rec2.Boot == "" || rec2.Boot == rec.Boot {
