@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/internal/history"
 	"felix.dev/felix/internal/localcluster"
+	"felix.dev/felix/internal/podrunner"
 	"felix.dev/felix/internal/powerfs"
 )
 
@@ -26,7 +28,32 @@ var (
 	nemesisDuration = flag.Duration("nemesis.duration", 3*time.Minute, "how long the local-cluster nemesis injects faults")
 	nemesisSeed     = flag.Uint64("nemesis.seed", 0, "seed of the nemesis's fault choices (0: from the clock)")
 	nemesisFsync    = flag.String("nemesis.fsync", "periodic", "fsync mode of the nemesis's cluster: on-commit, periodic or none")
+	nemesisFaults   = flag.String("nemesis.faults", "", "comma-separated faults the nemesis injects, of kill-9, freeze, wipe, partition, power-cut (empty: every one the mode has)")
 )
+
+// nemesisFaultKeys name the faults in -nemesis.faults, by kind.
+var nemesisFaultKeys = []string{"kill-9", "freeze", "wipe", "partition", "power-cut"}
+
+// nemesisFaultFilter is the set of faults -nemesis.faults or
+// FELIX_NEMESIS_FAULTS allows, nil for all.
+func nemesisFaultFilter(t *testing.T) map[string]bool {
+	v := *nemesisFaults
+	if e := os.Getenv("FELIX_NEMESIS_FAULTS"); e != "" {
+		v = e
+	}
+	if v == "" {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(nemesisFaultKeys, f) {
+			t.Fatalf("nemesis fault %q: want some of %v", f, nemesisFaultKeys)
+		}
+		set[f] = true
+	}
+	return set
+}
 
 // nemesisSettings resolves the flags and the environment.
 func nemesisSettings(t *testing.T) (time.Duration, uint64) {
@@ -144,16 +171,21 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 	// The faults by kind; partition only in container mode, power cut
 	// only with power-loss claims.
 	faultNames := []string{"kill -9", "freeze", "wipe", "partition", "power cut"}
+	allowed := nemesisFaultFilter(t)
 	var kinds []int
 	for k := range faultNames {
-		if (k == 3 && !partitions) || (k == 4 && !power) {
+		if (k == 3 && !partitions) || (k == 4 && !power) || (allowed != nil && !allowed[nemesisFaultKeys[k]]) {
 			continue
 		}
 		kinds = append(kinds, k)
 	}
+	if len(kinds) == 0 {
+		t.Skipf("none of the faults %v is available in this mode", allowed)
+	}
 	t.Logf("nemesis for %s, fsync %s, seed %d (-nemesis.seed=%d or FELIX_NEMESIS_SEED=%d replays the fault choices; timing still varies); faults %v",
 		duration, fsync, seed, seed, seed, kinds)
 	rng := rand.New(rand.NewPCG(seed, 0))
+	t.Cleanup(func() { keepNemesisLogs(t, lc) })
 	tn := newTenant(t, ctx, lc, nemesisNamespace, 3, fsync)
 	defer tn.close()
 	tn.stream("nemesis")
@@ -275,6 +307,29 @@ func (tn *tenant) brokerLogCounts(text string) int {
 		n += strings.Count(string(b), text)
 	}
 	return n
+}
+
+// keepNemesisLogs copies the nemesis's pod logs out of the local
+// cluster's state directory (removed when the test ends) when the test
+// failed, to $FELIX_NEMESIS_ARTIFACTS or a new temporary directory.
+func keepNemesisLogs(t *testing.T, lc *localcluster.Cluster) {
+	if !t.Failed() {
+		return
+	}
+	dir := os.Getenv("FELIX_NEMESIS_ARTIFACTS")
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "felix-nemesis-"); err != nil {
+			t.Logf("keep the pod logs: %v", err)
+			return
+		}
+	}
+	dst := filepath.Join(dir, "logs")
+	if _, err := podrunner.CopyDir(filepath.Join(lc.StateDir, "logs", nemesisNamespace), dst); err != nil {
+		t.Logf("keep the pod logs: %v", err)
+		return
+	}
+	t.Logf("nemesis pod logs kept in %s", dst)
 }
 
 // countLost is how many acknowledged records got lacks or holds
