@@ -69,6 +69,10 @@ type PowerLossOptions struct {
 	Tear bool
 	// Seed seeds the tearing and the boot ids.
 	Seed uint64
+	// StrictPOSIX: only a directory's fsync makes its entries durable
+	// (default: any fsync does, as on ext4 and xfs; see
+	// podrunner.PowerLossConfig).
+	StrictPOSIX bool
 }
 
 // Cluster is a running local cluster. Stop ends everything it started.
@@ -148,7 +152,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		// The broker reads its boot id from the file the runner replaces
 		// at every power cut.
-		power = &podrunner.PowerLossConfig{Namespaces: p.Namespaces, BootIDFlag: "--boot-id-file", Tear: p.Tear, Seed: p.Seed}
+		power = &podrunner.PowerLossConfig{Namespaces: p.Namespaces, BootIDFlag: "--boot-id-file", Tear: p.Tear, Seed: p.Seed, StrictPOSIX: p.StrictPOSIX}
 	}
 	runner, err := podrunner.New(podrunner.Config{
 		Docker:     docker,

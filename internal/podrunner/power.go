@@ -46,6 +46,13 @@ type PowerLossConfig struct {
 	// Tear, when set, tears the last unsynced write of each file at a
 	// power cut (a random prefix of its pages survives).
 	Tear bool
+	// StrictPOSIX, when set, makes only a directory's own fsync make its
+	// entries durable. Unset, any file's fsync makes every directory
+	// change so far durable, as ext4 and xfs do (powerfs
+	// JournaledMetadata). badger does not fsync its directory after a
+	// memtable flush creates a table, so under strict POSIX a power cut
+	// can leave a manifest naming a table whose name was lost.
+	StrictPOSIX bool
 	// Seed seeds the boot ids and the tearing.
 	Seed uint64
 }
@@ -101,7 +108,8 @@ func (r *Runner) mountPowerClaim(namespace, claim string) error {
 
 // mountPower mounts a powerfs on dir over backing. Called with volMu held.
 func (r *Runner) mountPower(dir, backing string) (*powerfs.FS, error) {
-	opts := powerfs.Options{Backing: backing, Logger: r.log.WithName("powerfs").WithValues("dir", dir)}
+	opts := powerfs.Options{Backing: backing, JournaledMetadata: !r.cfg.PowerLoss.StrictPOSIX,
+		Logger: r.log.WithName("powerfs").WithValues("dir", dir)}
 	if r.cfg.PowerLoss.Tear {
 		opts.Rand = rand.New(rand.NewPCG(r.powerRand.Uint64(), r.powerRand.Uint64()))
 	}

@@ -64,7 +64,8 @@ func TestLocalCluster(t *testing.T) {
 		// Only the nemesis's claims are on powerfs; the other scenarios
 		// run on plain directories.
 		_, seed := nemesisSettings(t)
-		opts.PowerLoss = &localcluster.PowerLossOptions{Namespaces: []string{nemesisNamespace}, Tear: true, Seed: seed}
+		opts.PowerLoss = &localcluster.PowerLossOptions{Namespaces: []string{nemesisNamespace}, Tear: true, Seed: seed,
+			StrictPOSIX: os.Getenv("FELIX_NEMESIS_STRICT_POSIX") == "1"}
 	}
 	var stateDir string
 	if power {
