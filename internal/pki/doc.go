@@ -73,7 +73,7 @@
 // A certificate is renewed once two thirds of its lifetime (NotBefore to
 // NotAfter) have passed, or renewBefore ahead of NotAfter when that is
 // earlier (RenewAt, NeedsRenewal). NotBefore is backdated by ClockSkew
-// (five minutes) so that a peer whose clock lags a little accepts a
+// (five minutes; a tenth of the validity when that is less, Backdate) so that a peer whose clock lags a little accepts a
 // fresh certificate; a leaf never outlives its CA (Issue clips NotAfter
 // to the CA's). Rotating a CA: add the new CA to every ca.crt bundle
 // first, then reissue leaves from it, then drop the old CA; a bundle

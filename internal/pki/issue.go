@@ -21,7 +21,8 @@ type LeafRequest struct {
 	// server name (ClientConfig with serverName). Peers do not use them.
 	DNSNames []string
 	IPs      []net.IP
-	// Now is the issuing time (required): NotBefore is Now-ClockSkew.
+	// Now is the issuing time (required): NotBefore is
+	// Now-Backdate(Validity).
 	Now time.Time
 	// Validity is how long after Now the certificate is valid (required,
 	// positive); NotAfter is clipped to the CA's NotAfter.
@@ -52,7 +53,7 @@ func ExtKeyUsages(k Kind) []x509.ExtKeyUsage {
 // the identity as its only felix:// URI SAN, a random 128-bit serial,
 // key usage digitalSignature and the extended key usages of
 // ExtKeyUsages, and Subject serialNumber = UID when UID is set. It is
-// valid from Now-ClockSkew to Now+Validity, clipped
+// valid from Now-Backdate(Validity) to Now+Validity, clipped
 // to the CA's NotAfter. When the CA is not self-signed (an intermediate
 // brought by the user), its certificate follows the leaf in certPEM so
 // that peers trusting only the root can build the chain. rand nil means
@@ -102,7 +103,7 @@ func (ca *CA) issue(req LeafRequest, ekus []x509.ExtKeyUsage, rand io.Reader) (c
 			Organization: []string{"felix:" + id.Namespace + "/" + id.Cluster},
 			SerialNumber: req.UID,
 		},
-		NotBefore:             req.Now.Add(-ClockSkew),
+		NotBefore:             req.Now.Add(-Backdate(req.Validity)),
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           ekus,
@@ -128,4 +129,15 @@ func (ca *CA) issue(req LeafRequest, ekus []x509.ExtKeyUsage, rand io.Reader) (c
 		return nil, nil, err
 	}
 	return EncodeCertsPEM(chain...), keyPEM, nil
+}
+
+// Backdate is how far before the issuing time a leaf valid for validity
+// starts: ClockSkew, or a tenth of validity when that is less, so that a
+// short-lived certificate's two-thirds renewal point (counted from
+// NotBefore) still lies well after it was issued.
+func Backdate(validity time.Duration) time.Duration {
+	if b := validity / 10; b < ClockSkew {
+		return b
+	}
+	return ClockSkew
 }

@@ -50,3 +50,34 @@ func TestRenewAtIssued(t *testing.T) {
 		t.Fatalf("RenewAt = %s, want %s", got, want)
 	}
 }
+
+// TestShortLivedLeafRenewsAfterIssue: a leaf is backdated by at most a
+// tenth of its validity, so its renewal point lies after it was issued
+// however short it is (a five-minute backdate on a 45 s certificate would
+// put it before: renewed on every reconcile).
+func TestShortLivedLeafRenewsAfterIssue(t *testing.T) {
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	ca, err := NewCA("test", now.Add(-time.Hour), 200*24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, validity := range []time.Duration{45 * time.Second, 3 * time.Minute, time.Hour, 90 * 24 * time.Hour} {
+		certPEM, _, err := ca.Issue(LeafRequest{Identity: Identity{Namespace: "ns", Cluster: "c", Kind: KindBroker, Name: "c-0"},
+			Now: now, Validity: validity}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs, err := ParseCertsPEM(certPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := RenewAt(certs[0], 0)
+		if min := now.Add(validity / 2); at.Before(min) {
+			t.Errorf("validity %v: renewal at %v, before half the validity after issue (%v)", validity, at.Sub(now), validity/2)
+		}
+		// Certificates keep whole seconds.
+		if got, want := now.Sub(certs[0].NotBefore), Backdate(validity); got < want || got > want+time.Second {
+			t.Errorf("validity %v: backdated %v, want %v (to the second)", validity, got, want)
+		}
+	}
+}
