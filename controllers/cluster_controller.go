@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"time"
@@ -39,6 +41,8 @@ type FelixClusterReconciler struct {
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Events    events.EventRecorder
+	// Rand is the randomness of keys and serials; crypto/rand when nil.
+	Rand io.Reader
 }
 
 // scaleDownRetry is how often a blocked scale-down looks again (the
@@ -92,6 +96,15 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.ensureShared(ctx, &c, roleNames, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Certificates before pods: a broker's pod is created only once its
+	// certificate Secret exists.
+	obs.TLS, err = r.ensureTLS(ctx, &c, roleNames)
+	switch {
+	case errors.Is(err, errCacheLag):
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
 	for i := int32(0); i < c.Spec.Brokers; i++ {
 		bo, err := r.ensureBroker(ctx, &c, i, &obs)
 		if err != nil {
@@ -123,6 +136,9 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 		return ctrl.Result{}, err
+	}
+	if t := obs.TLS.Requeue; t > 0 && (requeue == 0 || t < requeue) {
+		requeue = t
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
@@ -277,6 +293,10 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 	var pod corev1.Pod
 	switch err := r.Client.Get(ctx, key, &pod); {
 	case apierrors.IsNotFound(err):
+		if !obs.TLS.Ready[name] {
+			obs.TLSWaiting = append(obs.TLSWaiting, name)
+			return bo, nil
+		}
 		p := brokerPod(c, name)
 		switch pending, err := r.restorePointPending(ctx, c.Namespace, name); {
 		case err != nil:
@@ -396,6 +416,9 @@ func (r *FelixClusterReconciler) scaleDown(ctx context.Context, c *felixv1.Felix
 				return 0, fmt.Errorf("remove %s: %w", b.Name, err)
 			}
 		}
+		if err := r.removeBrokerTLS(ctx, c, b.Name); err != nil {
+			return 0, err
+		}
 		if removed {
 			r.event(c, corev1.EventTypeNormal, "BrokerRemoved", "ScaleDown", "removed broker %s (it held no shard replica)", b.Name)
 		}
@@ -458,6 +481,9 @@ func (r *FelixClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		// Certificate Secrets: the CA's and the brokers' (including
+		// those cert-manager fills), by label.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clusterOfSecret)).
 		// A shard created or deleted may unblock or block a scale-down.
 		// A backup completing lets the clusters restoring from it go on.
 		Watches(&felixv1.FelixBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRestoringFrom)).

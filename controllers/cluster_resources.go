@@ -33,7 +33,8 @@ func brokerServiceAccount(c *felixv1.FelixCluster) *corev1.ServiceAccount {
 // brokerRole grants brokers the least they need: read their own
 // FelixBroker and patch its status (registration), renew their own
 // heartbeat Lease, watch FelixShards (assignments) and patch their status
-// (reports), read FelixStreams. Per-object rules name the cluster's
+// (reports), read FelixStreams, read the FelixUsers of the namespace and
+// its own FelixCluster (who may do what). Per-object rules name the cluster's
 // brokers; brokers of one cluster replicate each other's data and share
 // one ServiceAccount, so the Role does not separate them from each other.
 func brokerRole(c *felixv1.FelixCluster, brokers []string) *rbacv1.Role {
@@ -46,6 +47,10 @@ func brokerRole(c *felixv1.FelixCluster, brokers []string) *rbacv1.Role {
 			{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: names, Verbs: []string{"get", "update"}},
 			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixshards", "felixstreams"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixshards/status"}, Verbs: []string{"get", "patch"}},
+			// Authorization: the users' grants, and the cluster's
+			// anonymous access (watched by name).
+			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixusers"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixclusters"}, ResourceNames: []string{c.Name}, Verbs: []string{"get", "list", "watch"}},
 		},
 	}
 }
@@ -181,6 +186,12 @@ func brokerArgs(c *felixv1.FelixCluster) []string {
 		// every start, and the address works wherever pods are routable
 		// (including the local cluster, which has no cluster DNS).
 		"--advertise", fmt.Sprintf("$(POD_IP):%d", BrokerPort),
+		// Certificates (tls.crt, tls.key, ca.crt), reloaded on change; the
+		// peer port (mutual TLS, brokers only) and the HTTPS metrics port.
+		"--tls-dir", TLSDir,
+		"--peer-listen", fmt.Sprintf(":%d", BrokerPeerPort),
+		"--advertise-peer", fmt.Sprintf("$(POD_IP):%d", BrokerPeerPort),
+		"--metrics-listen", fmt.Sprintf(":%d", BrokerMetricsPort),
 		"--fsync", string(fsyncMode(c)),
 		"--heartbeat-interval", hb.String(),
 		"--node-expiry", exp.String(),
@@ -194,7 +205,8 @@ func brokerArgs(c *felixv1.FelixCluster) []string {
 // brokerPod is the pod of one broker, managed by the operator directly (no
 // StatefulSet) so that it controls identity and restores. It runs as a
 // non-root user with a read-only root filesystem; the data volume and a
-// small /tmp are the only writable paths.
+// small /tmp are the only writable paths. Its certificate Secret is
+// mounted read-only at TLSDir.
 func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 	labels := brokerLabels(c.Name, broker)
 	fieldEnv := func(name, path string) corev1.EnvVar {
@@ -240,6 +252,8 @@ func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 				Ports: []corev1.ContainerPort{
 					{Name: "felix", ContainerPort: BrokerPort, Protocol: corev1.ProtocolTCP},
 					{Name: "http", ContainerPort: BrokerHTTPPort, Protocol: corev1.ProtocolTCP},
+					{Name: "peer", ContainerPort: BrokerPeerPort, Protocol: corev1.ProtocolTCP},
+					{Name: "metrics", ContainerPort: BrokerMetricsPort, Protocol: corev1.ProtocolTCP},
 				},
 				Env: []corev1.EnvVar{
 					fieldEnv("POD_NAME", "metadata.name"),
@@ -263,11 +277,19 @@ func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "data", MountPath: DataDir},
 					{Name: "tmp", MountPath: "/tmp"},
+					{Name: "tls", MountPath: TLSDir, ReadOnly: true},
 				},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(broker)}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
+				// The broker's certificate Secret, readable by the pod's
+				// fsGroup (the broker's group) only. The kubelet swaps the
+				// files atomically on renewal; the broker reloads them.
+				{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+					SecretName:  BrokerTLSSecretName(broker),
+					DefaultMode: ptr.To[int32](0o440),
+				}}},
 			},
 		},
 	}

@@ -34,6 +34,10 @@ type clusterObservation struct {
 	// RestoreRefused says why a restored cluster takes nothing from its
 	// backup (it recorded no shard epochs and no floor is set).
 	RestoreRefused string
+	// TLS is what the certificate step saw; TLSWaiting names the brokers
+	// whose pod waits for its certificate Secret.
+	TLS        tlsObservation
+	TLSWaiting []string
 }
 
 // brokerObservation is one broker's registry entry as the cluster sees it.
@@ -76,6 +80,8 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		conds = append(conds, cond(felixv1.ConditionProgressing, false, RestoreRefusedReason, obs.RestoreRefused))
 	case obs.RestoreWaiting != "":
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "WaitingForBackup", fmt.Sprintf("restore waits for FelixBackup %s to exist and complete", obs.RestoreWaiting)))
+	case len(obs.TLSWaiting) > 0:
+		conds = append(conds, cond(felixv1.ConditionProgressing, true, "WaitingForCertificates", "broker pods wait for their certificate Secrets: "+strings.Join(obs.TLSWaiting, ", ")))
 	case obs.Created > 0 || missing > 0:
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "CreatingBrokers", fmt.Sprintf("created %d objects; %d brokers missing", obs.Created, missing)))
 	case obs.Removing > 0:
@@ -102,6 +108,9 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		conds = append(conds, cond(felixv1.ConditionDegraded, true, "BrokersDown", "no heartbeat within the node expiry timeout: "+strings.Join(down, ", ")))
 	default:
 		conds = append(conds, cond(felixv1.ConditionDegraded, false, "AsExpected", "no broker is down"))
+	}
+	if obs.TLS.Condition.Type != "" {
+		conds = append(conds, obs.TLS.Condition)
 	}
 	return ready, conds
 }

@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
@@ -22,4 +24,18 @@ func SettleRestorePoint(ctx context.Context, c client.Client, pod *corev1.Pod) e
 func ApplyShardAssignment(ctx context.Context, c client.Client, sh *felixv1.FelixShard, a *felixv1.Assignment) error {
 	r := &FelixShardReconciler{Client: c}
 	return r.apply(ctx, sh, shardStatus{Assignment: a, CaughtUp: sh.Status.CaughtUp, Conditions: sh.Status.Conditions})
+}
+
+// EnsureClusterTLS runs the FelixCluster reconciler's certificate step
+// once for c (brokers 0..Spec.Brokers-1) as if the time were now, so a
+// test can step past a renewal without moving the shared operator's
+// clock. It returns the brokers whose certificate Secret is ready.
+func EnsureClusterTLS(ctx context.Context, cl client.Client, c *felixv1.FelixCluster, now time.Time) (map[string]bool, error) {
+	r := &FelixClusterReconciler{Client: cl, APIReader: cl, Clock: clocktesting.NewFakePassiveClock(now)}
+	var brokers []string
+	for i := int32(0); i < c.Spec.Brokers; i++ {
+		brokers = append(brokers, BrokerName(c.Name, i))
+	}
+	obs, err := r.ensureTLS(ctx, c, brokers)
+	return obs.Ready, err
 }

@@ -27,6 +27,7 @@ func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 		{"idem-broker", &corev1.ServiceAccount{}}, {"idem-broker", &rbacv1.Role{}}, {"idem-broker", &rbacv1.RoleBinding{}},
 		{"idem-brokers", &corev1.Service{}}, {"idem", &corev1.Service{}}, {"idem-config", &corev1.ConfigMap{}},
 		{"idem-brokers", &policyv1.PodDisruptionBudget{}}, {"idem-0", &corev1.Pod{}}, {"data-idem-1", &corev1.PersistentVolumeClaim{}},
+		{"idem-ca", &corev1.Secret{}}, {"idem-0-tls", &corev1.Secret{}},
 	}
 	rvs := func() map[string]string {
 		out := map[string]string{}
@@ -42,7 +43,7 @@ func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 	var c felixv1.FelixCluster
 	eventually(t, 10*time.Second, "status written", func() (bool, string) {
 		_ = suite.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "idem"}, &c)
-		return c.Status.ObservedGeneration == c.Generation && len(c.Status.Conditions) == 3, "no status"
+		return c.Status.ObservedGeneration == c.Generation && len(c.Status.Conditions) == 4, "no status"
 	})
 	before := rvs()
 	clusterRV := c.ResourceVersion
@@ -79,6 +80,8 @@ func typeName(o client.Object) string {
 		return "PDB"
 	case *corev1.Pod:
 		return "Pod"
+	case *corev1.Secret:
+		return "Secret"
 	default:
 		return "PVC"
 	}

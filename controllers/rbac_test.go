@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -95,6 +96,23 @@ func TestRBAC_BrokerRoleIsEnoughAndNoMore(t *testing.T) {
 	var l coordinationv1.Lease
 	if err := saClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other-0"}, &l); !apierrors.IsForbidden(err) {
 		t.Errorf("read another cluster's Lease: %v; want Forbidden", err)
+	}
+	// Authorization data: the users and its own cluster, nothing else,
+	// and never a certificate Secret (the CA key is in one).
+	var users felixv1.FelixUserList
+	if err := saClient.List(ctx, &users, client.InNamespace(ns)); err != nil {
+		t.Errorf("list FelixUsers as the broker SA: %v", err)
+	}
+	var fc felixv1.FelixCluster
+	if err := saClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rb"}, &fc); err != nil {
+		t.Errorf("read own FelixCluster: %v", err)
+	}
+	if err := saClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &fc); !apierrors.IsForbidden(err) {
+		t.Errorf("read another FelixCluster: %v; want Forbidden", err)
+	}
+	var sec corev1.Secret
+	if err := saClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: controllers.CASecretName("rb")}, &sec); !apierrors.IsForbidden(err) {
+		t.Errorf("read the CA Secret: %v; want Forbidden", err)
 	}
 	var own coordinationv1.Lease
 	if err := saClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rb-0"}, &own); err != nil {

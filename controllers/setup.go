@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -41,6 +42,9 @@ type Options struct {
 	// registered without a storage id only from a view its leader took,
 	// on the leader's clock, at least this long after the registration.
 	MaxClockSkew time.Duration
+	// Rand is the randomness of certificate keys and serials; crypto/rand
+	// when nil.
+	Rand io.Reader
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -68,7 +72,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
+		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
+		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
@@ -83,8 +88,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // CacheOptions restricts the manager's cache to what Felix owns where a
-// cluster holds many objects Felix never needs: only Leases, Pods and PVCs
-// labelled with a Felix cluster are cached (not every node's Lease).
+// cluster holds many objects Felix never needs: only Leases, Pods, PVCs
+// and Secrets labelled with a Felix cluster are cached (not every node's
+// Lease, not every Secret).
 func CacheOptions() cache.Options {
 	hasCluster, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -95,5 +101,8 @@ func CacheOptions() cache.Options {
 		&coordinationv1.Lease{}:         {Label: sel},
 		&corev1.Pod{}:                   {Label: sel},
 		&corev1.PersistentVolumeClaim{}: {Label: sel},
+		// Only the certificate Secrets the operator makes (or has
+		// cert-manager fill); a CA Secret the user brings is read uncached.
+		&corev1.Secret{}: {Label: sel},
 	}}
 }

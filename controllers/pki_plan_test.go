@@ -1,0 +1,142 @@
+package controllers
+
+import (
+	"crypto/x509"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/internal/pki"
+)
+
+// TestPKI_CARollover walks the operator CA through its life: created,
+// a new CA joins the bundle at two thirds (the old one still signs and
+// leaves are untouched but for ca.crt), the new CA signs CARolloverDelay
+// later (leaves are reissued from it, the old CA stays trusted), and the
+// old CA leaves the bundle when it expires.
+func TestPKI_CARollover(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := &felixv1.FelixCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
+	want := leafWant{Identity: brokerIdentity(c, "c-0"), DNSNames: brokerDNSNames(c, "c-0"), Duration: DefaultCertificateDuration}
+
+	p, err := planCA(nil, "test CA", t0, nil)
+	if err != nil || p.Reason != "CACreated" || !p.Changed {
+		t.Fatalf("create: %+v %v", p, err)
+	}
+	first := p.Signer.CA.Cert
+	again, err := planCA(p.Data, "test CA", t0.Add(time.Hour), nil)
+	if err != nil || again.Changed || again.Reason != "" {
+		t.Fatalf("an unchanged CA must plan no change: %+v %v", again, err)
+	}
+	leaf, err := planLeaf(nil, p.Signer, want, t0, nil)
+	if err != nil || leaf.Reason != "CertificateIssued" {
+		t.Fatalf("issue: %+v %v", leaf, err)
+	}
+
+	// Two thirds of the CA's life: the new CA joins the bundle.
+	at := pki.RenewAt(first, 0)
+	if !at.Equal(p.NextCheck) {
+		t.Errorf("NextCheck %s, want the CA's renewal time %s", p.NextCheck, at)
+	}
+	roll, err := planCA(p.Data, "test CA", at, nil)
+	if err != nil || roll.Reason != "CARolloverStarted" {
+		t.Fatalf("rollover: %+v %v", roll, err)
+	}
+	if !roll.Signer.CA.Cert.Equal(first) {
+		t.Fatal("the old CA must keep signing while the new one propagates")
+	}
+	bundle, _ := pki.ParseCertsPEM(roll.Signer.Bundle)
+	if len(bundle) != 2 || !bundle[0].Equal(first) {
+		t.Fatalf("bundle during rollover: %d certs", len(bundle))
+	}
+	newCA := bundle[1]
+	// A leaf of the old CA keeps its certificate; only ca.crt changes.
+	leafData := leaf.Data
+	if lp, err := planLeaf(leafData, roll.Signer, want, t0.Add(time.Hour), nil); err != nil || lp.Reason != "TrustBundleUpdated" {
+		t.Fatalf("bundle change on a fresh leaf: %+v %v", lp, err)
+	}
+
+	// CARolloverDelay later the new CA signs; the old one stays trusted.
+	promote, err := planCA(roll.Data, "test CA", roll.NextCheck, nil)
+	if err != nil || promote.Reason != "CARotated" || !promote.Signer.CA.Cert.Equal(newCA) {
+		t.Fatalf("promote: %+v %v", promote, err)
+	}
+	if !roll.NextCheck.Equal(at.Add(CARolloverDelay)) {
+		t.Errorf("promotion at %s, want CARolloverDelay after %s", roll.NextCheck, at)
+	}
+	bundle, _ = pki.ParseCertsPEM(promote.Signer.Bundle)
+	if len(bundle) != 2 || !bundle[0].Equal(newCA) || !bundle[1].Equal(first) {
+		t.Fatalf("bundle after promotion: %d certs", len(bundle))
+	}
+	if _, ok := promote.Data[SecretKeyNextCAKey]; ok {
+		t.Error("the next CA's key must leave the Secret once it signs")
+	}
+	lp, err := planLeaf(leafData, promote.Signer, want, roll.NextCheck, nil)
+	if err != nil || lp.Reason != "CertificateRenewed" || lp.Why != "signing CA changed" {
+		t.Fatalf("leaf after promotion: %+v %v", lp, err)
+	}
+	certs, _ := pki.ParseCertsPEM(lp.Data[SecretKeyTLSCert])
+	if err := certs[0].CheckSignatureFrom(newCA); err != nil {
+		t.Errorf("reissued leaf not signed by the new CA: %v", err)
+	}
+
+	// The old CA leaves the bundle once it expired.
+	late, err := planCA(promote.Data, "test CA", first.NotAfter.Add(time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, _ = pki.ParseCertsPEM(late.Signer.Bundle)
+	if slices.ContainsFunc(bundle, first.Equal) {
+		t.Error("an expired CA must leave the bundle")
+	}
+}
+
+// TestPKI_LeafReissueReasons: what makes a leaf be reissued.
+func TestPKI_LeafReissueReasons(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := &felixv1.FelixCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
+	ca, err := planCA(nil, "test CA", t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := leafWant{Identity: brokerIdentity(c, "c-0"), DNSNames: brokerDNSNames(c, "c-0"), Duration: 90 * 24 * time.Hour}
+	first, err := planLeaf(nil, ca.Signer, want, t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := pki.ParseCertsPEM(first.Data[SecretKeyTLSCert])
+	if !slices.Equal(leaf[0].ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}) {
+		t.Errorf("broker EKU %v", leaf[0].ExtKeyUsage)
+	}
+	other := want
+	other.DNSNames = want.DNSNames[:2]
+	shorter := want
+	shorter.Duration = 24 * time.Hour
+	early := want
+	early.RenewBefore = 80 * 24 * time.Hour
+	for _, tt := range []struct {
+		name string
+		want leafWant
+		now  time.Time
+		why  string
+	}{
+		{"unchanged", want, t0.Add(time.Hour), ""},
+		{"two thirds", want, first.RenewAt, "renewal due"},
+		{"DNS names", other, t0.Add(time.Hour), "DNS names changed"},
+		{"duration", shorter, t0.Add(time.Hour), "certificate duration shortened"},
+		{"renewBefore", early, t0.Add(11 * 24 * time.Hour), "renewal due"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := planLeaf(first.Data, ca.Signer, tt.want, tt.now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Why != tt.why || p.Changed != (tt.why != "") {
+				t.Errorf("why %q changed %v, want %q", p.Why, p.Changed, tt.why)
+			}
+		})
+	}
+}
