@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 )
@@ -10,10 +11,11 @@ import (
 // PendingAppend is an append that was sent and whose answer has not been
 // taken yet (AppendAsync). It is used by one goroutine at a time.
 type PendingAppend struct {
-	w    *waiter
-	done bool
-	ok   wire.AppendOK
-	err  error
+	w     *waiter
+	shard record.ShardID
+	done  bool
+	ok    wire.AppendOK
+	err   error
 }
 
 // AppendAsync sends an append as Append does and returns without waiting
@@ -27,7 +29,7 @@ func (c *Client) AppendAsync(ctx context.Context, shard record.ShardID, recs []r
 	if err != nil {
 		return nil, err
 	}
-	return &PendingAppend{w: w}, nil
+	return &PendingAppend{w: w, shard: shard}, nil
 }
 
 // Wait returns the append's outcome, as Append would have: the answer, the
@@ -38,6 +40,7 @@ func (p *PendingAppend) Wait(ctx context.Context) (wire.AppendOK, error) {
 	if !p.done {
 		p.done = true
 		p.ok, p.err = p.w.appendOutcome(ctx)
+		p.err = authError(p.err, auth.OpAppend, p.shard)
 	}
 	return p.ok, p.err
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 )
@@ -108,7 +109,18 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
 	}
 	if opts.TLS != nil {
-		nc = tls.Client(nc, opts.TLS)
+		tc := tls.Client(nc, opts.TLS)
+		hctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			hctx, cancel = context.WithTimeout(ctx, DefaultHandshakeTimeout)
+			defer cancel()
+		}
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = nc.Close()
+			return nil, &HandshakeError{Addr: addr, Err: err}
+		}
+		nc = tc
 	}
 	c, err := NewClient(ctx, nc, opts)
 	if err != nil {
@@ -152,7 +164,7 @@ func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) 
 		if derr != nil {
 			return nil, fmt.Errorf("client: handshake refused: %w", derr)
 		}
-		return nil, e
+		return nil, authError(e, 0, record.ShardID{})
 	default:
 		return nil, fmt.Errorf("client: handshake answered with %s: %w", f.Type, wire.ErrMalformed)
 	}
@@ -429,7 +441,8 @@ func (c *Client) Append(ctx context.Context, shard record.ShardID, recs []record
 	if err != nil {
 		return wire.AppendOK{}, err
 	}
-	return w.appendOutcome(ctx) // no PendingAppend: the caller waits here
+	ok, err := w.appendOutcome(ctx) // no PendingAppend: the caller waits here
+	return ok, authError(err, auth.OpAppend, shard)
 }
 
 // Read reads records as req describes. With req.WaitMillis set the broker
@@ -446,7 +459,8 @@ func (c *Client) Read(ctx context.Context, req wire.ReadRequest) (wire.ReadOK, e
 	if err != nil {
 		return wire.ReadOK{}, err
 	}
-	return answer(c, f, wire.MsgReadOK, wire.DecodeReadOK)
+	ok, err := answer(c, f, wire.MsgReadOK, wire.DecodeReadOK)
+	return ok, authError(err, auth.OpRead, req.Shard)
 }
 
 // Trim asks for a conditional head trim [TR-2] [TR-3]. A trim sent but not
@@ -463,7 +477,8 @@ func (c *Client) Trim(ctx context.Context, req wire.TrimRequest) (wire.TrimOK, e
 		}
 		return wire.TrimOK{}, err
 	}
-	return answer(c, f, wire.MsgTrimOK, wire.DecodeTrimOK)
+	ok, err := answer(c, f, wire.MsgTrimOK, wire.DecodeTrimOK)
+	return ok, authError(err, auth.OpTrim, req.Shard)
 }
 
 // Describe returns a shard's base, floor, tail and committed positions.
@@ -476,7 +491,8 @@ func (c *Client) Describe(ctx context.Context, shard record.ShardID) (wire.Descr
 	if err != nil {
 		return wire.DescribeOK{}, err
 	}
-	return answer(c, f, wire.MsgDescribeOK, func(b []byte) (wire.DescribeOK, error) {
+	ok, err := answer(c, f, wire.MsgDescribeOK, func(b []byte) (wire.DescribeOK, error) {
 		return wire.DecodeDescribeOKFor(b, c.hello.Features)
 	})
+	return ok, authError(err, auth.OpDescribe, shard)
 }

@@ -22,5 +22,10 @@
 // Errors from the broker are *wire.Error values; errors.Is matches the
 // record package's sentinels (record.ErrOffsetMismatch,
 // record.ErrCursorTooOld, ...), and (*wire.Error).RecordError converts to
-// the typed record errors.
+// the typed record errors. A refusal on grounds of identity (wire
+// NotAuthorized, Unauthenticated) comes as an *AuthError wrapping the
+// *wire.Error, matched by ErrNotAuthorized and ErrUnauthenticated; a failed
+// TLS handshake in Dial is a *HandshakeError. TLSFromDir and TLSFromFiles
+// build the Options.TLS of a client holding a FelixUser's certificate: the
+// broker is verified by its felix:// identity, not by the address dialed.
 package client

@@ -71,7 +71,7 @@ append was sent but not answered (it may have landed).`,
 			defer cancel()
 			res, err := c.Append(ctx, f.shardID(), recs, expect)
 			if err != nil {
-				return reportErr(cmd, err)
+				return f.report(cmd, err)
 			}
 			p := newPrinter(cmd, f.output, "FIRST", "LAST", "TAIL")
 			if err := p.print(struct {

@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/internal/pki"
 )
 
 // Exit codes of the client commands.
@@ -32,6 +32,7 @@ const (
 const (
 	errNameUsage          = "Usage"
 	errNameUnknownOutcome = "UnknownOutcome"
+	errNameTLS            = "TLSHandshake"
 )
 
 // shardFlags are the flags every client command shares.
@@ -42,49 +43,141 @@ type shardFlags struct {
 	output  string
 	timeout time.Duration
 	tls     tlsFlags
+	// who is the identity of the client certificate the last dial
+	// presented ("" anonymous), for messages.
+	who string
 }
 
-// tlsFlags turn on TLS to the broker.
+// Environment variables of the TLS flags; a flag given on the command
+// line wins over its variable.
+const (
+	envTLSCert       = "FELIX_TLS_CERT"
+	envTLSKey        = "FELIX_TLS_KEY"
+	envTLSCA         = "FELIX_TLS_CA"
+	envTLSDir        = "FELIX_TLS_DIR"
+	envTLSServerName = "FELIX_TLS_SERVER_NAME"
+)
+
+// tlsFlags turn on TLS to the broker: the flags as given, before the
+// environment is consulted (resolve).
 type tlsFlags struct {
-	ca         string
-	serverName string
+	cert, key, ca, dir string
+	serverName         string
+	cluster            string
 }
 
 func (t *tlsFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&t.ca, "tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM file")
-	cmd.Flags().StringVar(&t.serverName, "tls-server-name", "", "name to verify in the broker's certificate (default: the host of --broker)")
+	fl := cmd.Flags()
+	fl.StringVar(&t.cert, "tls-cert", "", "client certificate (PEM, leaf first) to authenticate with; env "+envTLSCert)
+	fl.StringVar(&t.key, "tls-key", "", "private key of --tls-cert (PEM); env "+envTLSKey)
+	fl.StringVar(&t.ca, "tls-ca", "", "trust bundle (PEM) the broker's certificate must verify against; alone: anonymous over TLS; env "+envTLSCA)
+	fl.StringVar(&t.dir, "tls-dir", "", "directory laid out like a FelixUser Secret: tls.crt, tls.key, ca.crt (--tls-cert/--tls-key/--tls-ca override its files); env "+envTLSDir)
+	fl.StringVar(&t.serverName, "tls-server-name", "", "also require this DNS name in the broker's certificate (sent as SNI); env "+envTLSServerName)
+	fl.StringVar(&t.cluster, "cluster", "", "NAMESPACE/NAME: require the broker to be a broker of this FelixCluster (implies TLS)")
 }
 
-// config returns the client TLS config, or nil without --tls-ca.
-func (t *tlsFlags) config() (*tls.Config, error) {
-	if t.ca == "" {
-		return nil, nil
-	}
-	pem, err := os.ReadFile(t.ca)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("no certificate in %s", t.ca)
-	}
-	return &tls.Config{RootCAs: pool, ServerName: t.serverName, MinVersion: tls.VersionTLS12}, nil
+// tlsSettings is the resolved TLS configuration of a client command.
+type tlsSettings struct {
+	// Enabled: some TLS flag or variable is set.
+	Enabled    bool
+	Files      client.TLSFiles
+	ServerName string
+	Cluster    string
 }
 
-// dialOptions returns the client options for these flags.
-func (t *tlsFlags) dialOptions(cmd *cobra.Command, broker string) (client.Options, error) {
-	conf, err := t.config()
-	if err != nil {
-		return client.Options{}, usageErr(cmd, err)
+// resolve merges the flags with the environment (getenv). The file flags
+// (--tls-cert, --tls-key, --tls-ca, --tls-dir) are taken as a group: if
+// any is given on the command line the file variables are ignored, so a
+// command line never mixes its files with the environment's. Within the
+// group, --tls-dir supplies tls.crt, tls.key and ca.crt and the single-file
+// flags replace its files one by one. --tls-server-name wins over its
+// variable on its own. TLS is on when anything is set; it then needs a
+// trust bundle, and a certificate needs its key.
+func (t *tlsFlags) resolve(getenv func(string) string) (tlsSettings, error) {
+	cert, key, ca, dir := t.cert, t.key, t.ca, t.dir
+	if cert == "" && key == "" && ca == "" && dir == "" {
+		cert, key, ca, dir = getenv(envTLSCert), getenv(envTLSKey), getenv(envTLSCA), getenv(envTLSDir)
 	}
-	if conf != nil && conf.ServerName == "" {
-		host, _, err := net.SplitHostPort(broker)
-		if err != nil {
-			return client.Options{}, usageErr(cmd, err)
+	s := tlsSettings{ServerName: t.serverName, Cluster: t.cluster}
+	if s.ServerName == "" {
+		s.ServerName = getenv(envTLSServerName)
+	}
+	if dir != "" {
+		s.Files = client.TLSFiles{Cert: filepath.Join(dir, pki.CertFile), Key: filepath.Join(dir, pki.KeyFile), CA: filepath.Join(dir, pki.CAFile)}
+	}
+	for _, o := range []struct {
+		v   string
+		dst *string
+	}{{cert, &s.Files.Cert}, {key, &s.Files.Key}, {ca, &s.Files.CA}} {
+		if o.v != "" {
+			*o.dst = o.v
 		}
-		conf.ServerName = host
 	}
-	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors, TLS: conf}, nil
+	s.Enabled = s.Files != (client.TLSFiles{}) || s.ServerName != "" || s.Cluster != ""
+	if !s.Enabled {
+		return s, nil
+	}
+	if s.Files.CA == "" {
+		return s, errors.New("TLS needs the broker's trust bundle: give --tls-ca or --tls-dir (or " + envTLSCA + " / " + envTLSDir + ")")
+	}
+	if (s.Files.Cert == "") != (s.Files.Key == "") {
+		return s, errors.New("--tls-cert and --tls-key go together")
+	}
+	if s.Cluster != "" {
+		if _, _, err := pki.ParseClusterRef(s.Cluster); err != nil {
+			return s, fmt.Errorf("--cluster %q: want NAMESPACE/NAME: %w", s.Cluster, err)
+		}
+	}
+	return s, nil
+}
+
+// clientTLS is what a command dials with: the TLS config (nil: plain
+// TCP) and who it authenticates as, for messages.
+type clientTLS struct {
+	conf *tls.Config
+	// identity is the felix:// identity of the client certificate, or ""
+	// (anonymous, or a certificate without one).
+	identity string
+}
+
+// load reads the files of s (again on every call, so a long-running
+// command follows rotated files).
+func (s tlsSettings) load() (clientTLS, error) {
+	if !s.Enabled {
+		return clientTLS{}, nil
+	}
+	conf, err := client.TLSFromFiles(s.Files, s.Cluster, s.ServerName)
+	if err != nil {
+		return clientTLS{}, err
+	}
+	out := clientTLS{conf: conf}
+	if s.Files.Cert != "" {
+		if c, err := conf.GetClientCertificate(&tls.CertificateRequestInfo{}); err == nil && c.Leaf != nil {
+			if id, err := pki.IdentityOf(c.Leaf); err == nil {
+				out.identity = id.String()
+			}
+		}
+	}
+	return out, nil
+}
+
+// options returns the client options of a resolved TLS setting.
+func (c clientTLS) options() client.Options {
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth, TLS: c.conf}
+}
+
+// dialOptions resolves the TLS flags against the environment, reads the
+// files and returns the client options; errors are usage errors.
+func (t *tlsFlags) dialOptions(cmd *cobra.Command) (client.Options, clientTLS, error) {
+	s, err := t.resolve(os.Getenv)
+	if err != nil {
+		return client.Options{}, clientTLS{}, usageErr(cmd, err)
+	}
+	ct, err := s.load()
+	if err != nil {
+		return client.Options{}, clientTLS{}, usageErr(cmd, err)
+	}
+	return ct.options(), ct, nil
 }
 
 func (f *shardFlags) register(cmd *cobra.Command) {
@@ -115,17 +208,92 @@ func (f *shardFlags) check(cmd *cobra.Command) error {
 // dial connects to the broker, offering the trim tag so CursorTooOld
 // carries the trim's headers [TR-4].
 func (f *shardFlags) dial(cmd *cobra.Command) (*client.Client, error) {
-	opts, err := f.tls.dialOptions(cmd, f.broker)
+	opts, ct, err := f.tls.dialOptions(cmd)
 	if err != nil {
 		return nil, err
 	}
+	f.who = ct.identity
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
 	c, err := client.Dial(ctx, f.broker, opts)
 	if err != nil {
-		return nil, reportErr(cmd, err)
+		return nil, f.report(cmd, err)
 	}
 	return c, nil
+}
+
+// report is reportErr naming the identity the command authenticated as.
+func (f *shardFlags) report(cmd *cobra.Command, err error) error {
+	return reportErr(cmd, &asIdentity{who: f.who, err: err})
+}
+
+// asIdentity carries who a refused request was sent as to errorJSON.
+type asIdentity struct {
+	who string // felix:// identity, "" anonymous
+	err error
+}
+
+func (e *asIdentity) Error() string { return e.err.Error() }
+func (e *asIdentity) Unwrap() error { return e.err }
+
+// principalText renders a felix:// identity as "user alice", or
+// "anonymous" for "".
+func principalText(who string) string {
+	if who == "" {
+		return "anonymous"
+	}
+	id, err := pki.ParseIdentityString(who)
+	if err != nil {
+		return who
+	}
+	return string(id.Kind) + " " + id.Name
+}
+
+// authJSON fills out for a refusal on grounds of identity.
+func authJSON(out map[string]any, ae *client.AuthError, who string) {
+	out["error"] = ae.Err.Code.String()
+	out["reason"] = ae.Err.Message
+	if who != "" {
+		out["identity"] = who
+	}
+	if ae.Err.Code == wire.CodeUnauthenticated {
+		if who == "" {
+			out["message"] = "unauthenticated: the broker requires a client certificate (give --tls-dir, or --tls-cert and --tls-key): " + ae.Err.Message
+		} else {
+			out["message"] = "unauthenticated: the broker does not accept " + principalText(who) + ": " + ae.Err.Message
+		}
+		return
+	}
+	out["operation"] = ae.Op.String()
+	out["stream"] = ae.Shard.Stream
+	out["shard"] = ae.Shard.Shard
+	out["message"] = fmt.Sprintf("not authorized: %s may not %s stream %s", principalText(who), ae.Op, ae.Shard.Stream)
+}
+
+// tlsJSON fills out for a failed TLS handshake: "reason" names what was
+// wrong with the broker's certificate when pki says.
+func tlsJSON(out map[string]any, he *client.HandshakeError) {
+	out["error"] = errNameTLS
+	for _, r := range []struct {
+		err  error
+		name string
+	}{
+		{pki.ErrUntrusted, "Untrusted"}, {pki.ErrNoIdentity, "NoIdentity"}, {pki.ErrAmbiguousIdentity, "AmbiguousIdentity"},
+		{pki.ErrNotBroker, "NotBroker"}, {pki.ErrWrongCluster, "WrongCluster"}, {pki.ErrNoTrustBundle, "NoTrustBundle"},
+	} {
+		if errors.Is(he, r.err) {
+			out["reason"] = r.name
+			break
+		}
+	}
+	switch out["reason"] {
+	case "Untrusted":
+		out["hint"] = "the broker's certificate does not verify against the trust bundle (--tls-ca, or ca.crt of --tls-dir): another cluster's CA, or expired"
+	case "WrongCluster":
+		out["hint"] = "the broker belongs to another FelixCluster than --cluster names"
+	case "NotBroker", "NoIdentity", "AmbiguousIdentity":
+		out["hint"] = "the server's certificate is not a Felix broker's"
+	}
 }
 
 // parseHeaders parses repeated k=v flags, keeping their order.
@@ -165,7 +333,19 @@ func errorJSON(err error) (map[string]any, int) {
 	out := map[string]any{"message": err.Error()}
 	var we *wire.Error
 	var ue *client.UnknownOutcomeError
+	var ae *client.AuthError
+	var he *client.HandshakeError
 	switch {
+	case errors.As(err, &ae):
+		var who string
+		if ai := (*asIdentity)(nil); errors.As(err, &ai) {
+			who = ai.who
+		}
+		authJSON(out, ae, who)
+		return out, exitBrokerError
+	case errors.As(err, &he):
+		tlsJSON(out, he)
+		return out, exitBrokerError
 	case errors.As(err, &ue):
 		out["error"] = errNameUnknownOutcome
 		return out, exitUnknown

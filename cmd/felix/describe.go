@@ -30,7 +30,7 @@ committed (every offset below it is acknowledged).`,
 			defer cancel()
 			d, err := c.Describe(ctx, f.shardID())
 			if err != nil {
-				return reportErr(cmd, err)
+				return f.report(cmd, err)
 			}
 			p := newPrinter(cmd, f.output, "STREAM", "SHARD", "BASE", "FLOOR", "TAIL", "COMMITTED")
 			if err := p.print(struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -131,15 +132,31 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 	key := types.NamespacedName{Namespace: f.namespace, Name: name}
 	check := func(ctx context.Context) error { return felixd.CheckStream(ctx, reader, key) }
 
-	opts, err := f.tls.dialOptions(cmd, f.broker)
+	tlsSet, err := f.tls.resolve(os.Getenv)
 	if err != nil {
-		return err
+		return usageErr(cmd, err)
+	}
+	ct, err := tlsSet.load()
+	if err != nil {
+		return usageErr(cmd, err)
 	}
 	// The broker closes a connection idle for its --idle-timeout (a
 	// standby campaigning for the lease sends nothing), so the log dials
 	// again when it finds its connection closed, resending only what is
-	// safe to resend (docs/felixd.md).
+	// safe to resend (docs/felixd.md). Every dial reads the certificate
+	// files again, so a renewed client certificate (a mounted FelixUser
+	// Secret updated in place) is used from the next connection on; if
+	// they do not load, the last good ones are kept.
+	var ctMu sync.Mutex
 	dial := func(ctx context.Context) (*client.Client, error) {
+		ctMu.Lock()
+		if fresh, err := tlsSet.load(); err != nil {
+			log.Error(err, "reload client certificate files; keeping the last good ones")
+		} else {
+			ct = fresh
+		}
+		opts := ct.options()
+		ctMu.Unlock()
 		dctx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 		return client.Dial(dctx, f.broker, opts)

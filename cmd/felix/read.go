@@ -109,7 +109,7 @@ it had headers, trimHeaders.`,
 						break // interrupted
 					}
 					_ = p.flush()
-					return reportErr(cmd, err)
+					return f.report(cmd, err)
 				}
 				redialed = false
 				for _, r := range res.Records {

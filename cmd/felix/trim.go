@@ -48,7 +48,7 @@ Prints {"tail":T,"floor":F}: the tail after the trim and the floor in effect.`,
 			defer cancel()
 			res, err := c.Trim(ctx, wire.TrimRequest{Shard: f.shardID(), Floor: floor, ExpectTail: expectTail, Headers: hs})
 			if err != nil {
-				return reportErr(cmd, err)
+				return f.report(cmd, err)
 			}
 			p := newPrinter(cmd, f.output, "TAIL", "FLOOR")
 			if err := p.print(struct {

@@ -90,6 +90,11 @@ type Config struct {
 	// MaxProbePeriod, when set, caps every probe's periodSeconds (so a
 	// local cluster notices readiness quickly).
 	MaxProbePeriod time.Duration
+	// VolumeRefresh is how often a running pod's Secret and ConfigMap
+	// volumes are updated in place from their objects (default
+	// DefaultVolumeRefresh; negative: never, the files stay as the pod
+	// started with them).
+	VolumeRefresh time.Duration
 	// ShutdownGrace caps how long the runner waits for processes after
 	// SIGTERM when its context ends, before SIGKILL (default 5s).
 	ShutdownGrace time.Duration

@@ -252,6 +252,7 @@ func (w *podWorker) runPod(ctx context.Context) {
 		}
 	}
 	w.setPending("", "")
+	go w.r.refreshVolumes(ctx, w)
 	for _, cs := range w.inits {
 		ok, failed := w.runInit(ctx, cs)
 		if failed {

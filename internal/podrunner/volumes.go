@@ -127,32 +127,18 @@ func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]st
 			dirs[v.Name] = dir
 		case v.HostPath != nil:
 			dirs[v.Name] = v.HostPath.Path
-		case v.ConfigMap != nil:
-			var cm corev1.ConfigMap
-			err := r.reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: v.ConfigMap.Name}, &cm)
-			if err != nil && !optional(v.ConfigMap.Optional) {
-				return nil, fmt.Errorf("%w: configmap %s: %w", errVolume, v.ConfigMap.Name, err)
-			}
-			files := map[string][]byte{}
-			for k, s := range cm.Data {
-				files[k] = []byte(s)
-			}
-			for k, b := range cm.BinaryData {
-				files[k] = b
-			}
-			dir := filepath.Join(base, v.Name)
-			if err := writeKeyFiles(dir, files, v.ConfigMap.Items); err != nil {
+		case v.ConfigMap != nil || v.Secret != nil:
+			files, err := r.keyVolumeFiles(ctx, pod.Namespace, v)
+			if err != nil {
 				return nil, err
 			}
-			dirs[v.Name] = dir
-		case v.Secret != nil:
-			var s corev1.Secret
-			err := r.reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: v.Secret.SecretName}, &s)
-			if err != nil && !optional(v.Secret.Optional) {
-				return nil, fmt.Errorf("%w: secret %s: %w", errVolume, v.Secret.SecretName, err)
-			}
 			dir := filepath.Join(base, v.Name)
-			if err := writeKeyFiles(dir, s.Data, v.Secret.Items); err != nil {
+			// A fresh start: whatever an earlier run of the pod left
+			// (another layout, other keys) goes.
+			if err := os.RemoveAll(dir); err != nil {
+				return nil, err
+			}
+			if _, err := writeAtomicDir(dir, files, r.now()); err != nil {
 				return nil, err
 			}
 			dirs[v.Name] = dir
@@ -163,40 +149,47 @@ func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]st
 	return dirs, nil
 }
 
-// writeKeyFiles writes ConfigMap or Secret keys as files into dir (all
-// keys, or only items when given).
-func writeKeyFiles(dir string, data map[string][]byte, items []corev1.KeyToPath) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	write := func(rel string, b []byte) error {
-		p := filepath.Join(dir, filepath.Clean("/"+rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
+// keyVolumeFiles reads the ConfigMap or Secret of volume v and returns
+// the files it projects (all keys, or only its items, by path). A missing
+// optional object projects nothing; a missing required one is errVolume.
+func (r *Runner) keyVolumeFiles(ctx context.Context, namespace string, v corev1.Volume) (map[string][]byte, error) {
+	data := map[string][]byte{}
+	var items []corev1.KeyToPath
+	switch {
+	case v.ConfigMap != nil:
+		var cm corev1.ConfigMap
+		err := r.reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: v.ConfigMap.Name}, &cm)
+		if err != nil && !optional(v.ConfigMap.Optional) {
+			return nil, fmt.Errorf("%w: configmap %s: %w", errVolume, v.ConfigMap.Name, err)
 		}
-		return os.WriteFile(p, b, 0o644)
+		for k, s := range cm.Data {
+			data[k] = []byte(s)
+		}
+		for k, b := range cm.BinaryData {
+			data[k] = b
+		}
+		items = v.ConfigMap.Items
+	case v.Secret != nil:
+		var s corev1.Secret
+		err := r.reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: v.Secret.SecretName}, &s)
+		if err != nil && !optional(v.Secret.Optional) {
+			return nil, fmt.Errorf("%w: secret %s: %w", errVolume, v.Secret.SecretName, err)
+		}
+		data = s.Data
+		items = v.Secret.Items
+	default:
+		return nil, fmt.Errorf("%w: volume %s is neither a configMap nor a secret", errConfig, v.Name)
 	}
 	if len(items) == 0 {
-		for k, b := range data {
-			if err := write(k, b); err != nil {
-				return err
-			}
-		}
-		return nil
+		return data, nil
 	}
+	files := make(map[string][]byte, len(items))
 	for _, it := range items {
-		b, ok := data[it.Key]
-		if !ok {
-			continue
-		}
-		if err := write(it.Path, b); err != nil {
-			return err
+		if b, ok := data[it.Key]; ok {
+			files[it.Path] = b
 		}
 	}
-	return nil
+	return files, nil
 }
 
 // containerMounts maps a container's volume mounts to host directories.
