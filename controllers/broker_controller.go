@@ -64,6 +64,9 @@ func (r *FelixBrokerReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if g.Address != "" {
 			st.Address = g.Address
 		}
+		// Unlike Address, the peer address is always replaced: a start
+		// without a peer port must not leave the previous one dialable.
+		st.PeerAddress = g.PeerAddress
 	case grantRefuse:
 		st.RegistrationRequest = nil
 	}

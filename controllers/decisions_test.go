@@ -18,7 +18,7 @@ import (
 func TestID4_GrantOnlyAtSeenIncarnation(t *testing.T) {
 	const idA, idB = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
 	req := func(id string, seen int64) *felixv1.RegistrationRequest {
-		return &felixv1.RegistrationRequest{StorageID: id, SeenIncarnation: seen, Address: "a:1"}
+		return &felixv1.RegistrationRequest{StorageID: id, SeenIncarnation: seen, Address: "a:1", PeerAddress: "a:2"}
 	}
 	tests := []struct {
 		name    string
@@ -42,6 +42,9 @@ func TestID4_GrantOnlyAtSeenIncarnation(t *testing.T) {
 			}
 			if g.Action == grantAccept && g.StorageID != tt.st.RegistrationRequest.StorageID {
 				t.Fatalf("granted id %s", g.StorageID)
+			}
+			if g.Action == grantAccept && (g.Address != "a:1" || g.PeerAddress != "a:2") {
+				t.Fatalf("granted addresses %q, %q; want the request's", g.Address, g.PeerAddress)
 			}
 		})
 	}

@@ -27,6 +27,10 @@ type grant struct {
 	Incarnation int64
 	StorageID   string
 	Address     string
+	// PeerAddress is the request's peer (replication) address; empty for
+	// a broker without a peer port (older, or insecure dev mode), which
+	// then cannot be dialled by its peers.
+	PeerAddress string
 	// Rotated is true when an accepted id differs from the previously
 	// registered one (the broker's storage id rotated, [ID-3]).
 	Rotated    bool
@@ -53,6 +57,7 @@ func decideRegistration(st felixv1.FelixBrokerStatus) grant {
 		Incarnation: st.Incarnation + 1,
 		StorageID:   req.StorageID,
 		Address:     req.Address,
+		PeerAddress: req.PeerAddress,
 		PreviousID:  st.StorageID,
 		Rotated:     st.StorageID != "" && st.StorageID != req.StorageID,
 	}

@@ -25,6 +25,12 @@ type Config struct {
 	// Namespace, Cluster and Broker name the broker: its FelixBroker and
 	// heartbeat Lease are Namespace/Broker.
 	Namespace, Cluster, Broker string
+	// PeerAddress is the host:port of the broker's peer (replication) port,
+	// sent with every registration request (RegistrationRequest.
+	// PeerAddress) and copied by the operator into status.peerAddress,
+	// where peers find it. Empty: the broker has no peer port (insecure
+	// dev mode, which replicates over the client port).
+	PeerAddress string
 	// HeartbeatInterval is how often RunHeartbeat renews the Lease.
 	HeartbeatInterval time.Duration
 	// NodeExpiry is written to the Lease as its duration.

@@ -73,7 +73,8 @@ func (c *Client) CurrentIncarnation(ctx context.Context) (int64, error) {
 }
 
 // Register asks the operator to register storageID [ID-4]: it writes
-// status.registrationRequest (storageID, seen, address) and waits for the
+// status.registrationRequest (storageID, seen, address and
+// Config.PeerAddress) and waits for the
 // operator's answer. The operator grants seen+1 only if seen is still the
 // current incarnation, so of two racing starts only one wins; the other
 // gets a *RefusedError. Register holds like CurrentIncarnation while the
@@ -90,7 +91,7 @@ func (c *Client) Register(ctx context.Context, storageID string, seen int64, add
 			return 0, &RefusedError{Seen: seen, Current: b.Status.Incarnation, StorageID: storageID}
 		}
 		orig := b.DeepCopy()
-		b.Status.RegistrationRequest = &felixv1.RegistrationRequest{StorageID: storageID, SeenIncarnation: seen, Address: address}
+		b.Status.RegistrationRequest = &felixv1.RegistrationRequest{StorageID: storageID, SeenIncarnation: seen, Address: address, PeerAddress: c.cfg.PeerAddress}
 		err = c.c.Status().Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
 		if err == nil {
 			break

@@ -209,21 +209,60 @@ func (s *assignmentSync) applyAssignment(a controlplane.Assignment, id record.Sh
 	return nil
 }
 
-// resolver maps a broker name to the address it registered.
+// resolver maps a broker name to the addresses it registered: the
+// client address (status.address, for NotLeader hints) and the peer
+// address (status.peerAddress, dialled for replication).
 type resolver struct {
 	reader    client.Reader
 	namespace string
+	// insecure: peers replicate over the client address (no peer port).
+	insecure bool
+	log      logr.Logger
 }
 
-func (r resolver) resolve(n replication.NodeID) (string, error) {
+// errNoPeerAddress: the broker registered no peer address: it predates
+// the peer port (or runs insecure), and a secure member does not dial its
+// client port for replication.
+var errNoPeerAddress = errors.New("registered no peer address (an older or insecure broker): not dialable for replication")
+
+func (r resolver) get(n replication.NodeID) (*felixv1.FelixBroker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var b felixv1.FelixBroker
 	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: string(n)}, &b); err != nil {
-		return "", fmt.Errorf("resolve broker %s: %w", n, err)
+		return nil, fmt.Errorf("resolve broker %s: %w", n, err)
+	}
+	return &b, nil
+}
+
+// clientAddr is the address clients reach n on.
+func (r resolver) clientAddr(n replication.NodeID) (string, error) {
+	b, err := r.get(n)
+	if err != nil {
+		return "", err
 	}
 	if b.Status.Address == "" {
 		return "", fmt.Errorf("resolve broker %s: no address registered yet", n)
 	}
 	return b.Status.Address, nil
+}
+
+// resolve is the address replication dials n on: its peer address, or,
+// insecure, its client address.
+func (r resolver) resolve(n replication.NodeID) (string, error) {
+	if r.insecure {
+		return r.clientAddr(n)
+	}
+	b, err := r.get(n)
+	if err != nil {
+		return "", err
+	}
+	if b.Status.PeerAddress == "" {
+		err := fmt.Errorf("resolve broker %s: %w", n, errNoPeerAddress)
+		if b.Status.Address != "" {
+			r.log.Info("peer not dialable: it registered a client address but no peer address; upgrade it", "peer", string(n), "address", b.Status.Address)
+		}
+		return "", err
+	}
+	return b.Status.PeerAddress, nil
 }

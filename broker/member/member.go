@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,12 +16,15 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/controlplane"
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/metricsauth"
 	"felix.dev/felix/broker/replica"
 	"felix.dev/felix/broker/replication"
 	"felix.dev/felix/broker/server"
+	"felix.dev/felix/internal/pki"
 )
 
 // LogStoreDir is the log store's directory inside the data directory.
@@ -36,13 +40,38 @@ type Config struct {
 	// CommitLogValues keeps each batch only in the commit log under
 	// FsyncOnCommit (logstore.Options.CommitLogValues).
 	CommitLogValues bool
-	// Listen is the protocol listener (clients and peers); required.
+	// Listen is the client protocol listener (TLS with TLS set); required.
+	// Insecure, peers replicate over it too.
 	Listen net.Listener
-	// HTTP is the listener for /live, /ready and /metrics; required.
+	// PeerListen is the peer (replication) listener, served with mutual
+	// TLS to the cluster's brokers only; required unless Insecure.
+	PeerListen net.Listener
+	// HTTP is the plain listener for /live and /ready (and, Insecure
+	// without Metrics, /metrics); required.
 	HTTP net.Listener
-	// Advertise is the host:port peers and clients reach this broker on;
-	// empty means the Listen address.
+	// Metrics, when set, serves /metrics: over HTTPS with TLS's
+	// certificate to scrapers that authenticate (MetricsAuth), or, Insecure,
+	// in plain HTTP. Nil and secure: /metrics is not served.
+	Metrics net.Listener
+	// MetricsAuth admits /metrics scrapers (required with Metrics unless
+	// Insecure): see metricsauth. Its Certificate check is set by the
+	// member when nil.
+	MetricsAuth *metricsauth.Options
+	// Advertise is the host:port clients reach this broker on (registered
+	// as status.address); empty means the Listen address.
 	Advertise string
+	// AdvertisePeer is the host:port peers dial for replication
+	// (registered as status.peerAddress); empty means the PeerListen
+	// address. Unused when Insecure.
+	AdvertisePeer string
+	// TLS is the broker's certificate, key and trust bundle, reloaded on
+	// change (pki.Source over --tls-dir); required unless Insecure.
+	TLS *pki.Source
+	// Insecure runs without TLS and without authentication: no peer port,
+	// replication over the client port from anyone, every client allowed
+	// everything, /metrics in plain HTTP. For tests and development only
+	// (--insecure-no-tls); the operator never runs brokers so.
+	Insecure bool
 
 	// REST reaches the API server; Namespace, Cluster and Broker name this
 	// broker's FelixBroker.
@@ -90,6 +119,15 @@ type Config struct {
 	Started func(storageID datadir.StorageID, incarnation int64, decision datadir.Decision)
 }
 
+// ErrInsecure refuses a secure member without its TLS material or peer
+// listener (Config.TLS, Config.PeerListen); only Config.Insecure, for
+// tests and development, runs without them.
+var ErrInsecure = errors.New("member: cluster mode needs TLS (Config.TLS) and a peer listener (Config.PeerListen) unless Insecure")
+
+// ErrWrongIdentity refuses a member whose certificate (Config.TLS) is
+// not this broker's: its peers would refuse it anyway.
+var ErrWrongIdentity = errors.New("member: certificate identity is not this broker's")
+
 // Run runs the member until ctx ends, then stops cleanly: drain, close the
 // replicas and the store (which syncs), record a clean stop. It returns an
 // error only if startup failed or the stop was not clean.
@@ -97,6 +135,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.DataDir == "" || cfg.Listen == nil || cfg.HTTP == nil || cfg.REST == nil ||
 		cfg.Namespace == "" || cfg.Cluster == "" || cfg.Broker == "" {
 		return errors.New("member: DataDir, Listen, HTTP, REST, Namespace, Cluster and Broker are required")
+	}
+	if !cfg.Insecure && (cfg.TLS == nil || cfg.PeerListen == nil) {
+		return ErrInsecure
+	}
+	if !cfg.Insecure {
+		want := pki.Identity{Namespace: cfg.Namespace, Cluster: cfg.Cluster, Kind: pki.KindBroker, Name: cfg.Broker}
+		if got := cfg.TLS.Self(); got != want {
+			return fmt.Errorf("%w: the certificate speaks for %s, this broker is %s", ErrWrongIdentity, got, want)
+		}
 	}
 	log := cfg.Log
 	if log.GetSink() == nil {
@@ -110,6 +157,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if advertise == "" {
 		advertise = cfg.Listen.Addr().String()
 	}
+	var advertisePeer string
+	if !cfg.Insecure {
+		advertisePeer = cfg.AdvertisePeer
+		if advertisePeer == "" {
+			advertisePeer = cfg.PeerListen.Addr().String()
+		}
+	}
 
 	// Health first: /live is up from the start so a probe never restarts a
 	// broker that holds for the control plane; /ready follows the server.
@@ -122,13 +176,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return storeReady.Load().SpaceErr() // storage full: appends refused, reads served
 	}
-	handler := server.HTTPHandlerWithReason(ready, reg)
-	if cfg.Profiles {
-		handler = server.WithProfiles(handler)
+	httpSrv, metricsSrv, metricsL, err := httpServers(cfg, ready, reg, log)
+	if err != nil {
+		return err
 	}
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = httpSrv.Serve(cfg.HTTP) }()
 	defer func() { _ = httpSrv.Close() }()
+	if metricsSrv != nil {
+		go func() { _ = metricsSrv.Serve(metricsL) }()
+		defer func() { _ = metricsSrv.Close() }()
+	}
 
 	dirMode := cfg.Fsync
 	if dirMode == 0 {
@@ -148,6 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cp, err := controlplane.New(controlplane.Config{
 		REST: cfg.REST, Namespace: cfg.Namespace, Cluster: cfg.Cluster, Broker: cfg.Broker,
 		HeartbeatInterval: cfg.HeartbeatInterval, NodeExpiry: cfg.NodeExpiry, Log: log.WithName("controlplane"),
+		PeerAddress: advertisePeer,
 	})
 	if err != nil {
 		return err
@@ -221,10 +279,14 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return err
 	}
-	resolver := resolver{reader: reader, namespace: cfg.Namespace}
+	resolver := resolver{reader: reader, namespace: cfg.Namespace, insecure: cfg.Insecure, log: log.WithName("resolver")}
+	var peerTLS func(replication.NodeID) *tls.Config
+	if !cfg.Insecure {
+		peerTLS = PeerDialTLS(cfg.TLS)
+	}
 	mgr, err := replica.NewManager(replica.Options{
 		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
-		Resolve: resolver.resolve, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
+		Resolve: resolver.resolve, ClientAddr: resolver.clientAddr, PeerTLS: peerTLS, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
 		MaintainInterval: cfg.MaintainInterval, Metrics: maintMetrics,
 		OnReport: func(r replication.Report, viewAt time.Time) {
 			reports.Set(shardName(r.Shard), toShardReport(r, viewAt, time.Now()))
@@ -234,15 +296,36 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return err
 	}
-	so := cfg.ServerOptions
-	so.Logger = log.WithName("server")
-	so.Metrics = metrics
-	so.StorageID = id[:]
-	so.Replication = mgr.ReplicationHandler()
-	srv := server.New(mgr.Shards(), so)
-
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
+	// Who may do what: the FelixUsers of the cluster and its anonymous
+	// access, watched; nothing is served until the first lists arrived.
+	var authz auth.Authorizer
+	var access *controlplane.AccessWatcher
+	if !cfg.Insecure {
+		if access, err = cp.NewAccessWatcher(auth.NewTable()); err != nil {
+			mgr.Close()
+			_ = store.Close()
+			return err
+		}
+		go func() {
+			if err := access.Run(runCtx); err != nil && runCtx.Err() == nil {
+				log.Error(err, "access watch stopped")
+			}
+		}()
+		authz = access.Authorizer()
+	}
+	so := cfg.ServerOptions
+	so.Metrics = metrics
+	so.StorageID = id[:]
+	cso, pso := ServerOptions(so, mgr.ReplicationHandler(), cfg.TLS, authz)
+	cso.Logger = log.WithName("server")
+	srv := server.New(mgr.Shards(), cso)
+	var peerSrv *server.Server
+	if !cfg.Insecure {
+		pso.Logger = log.WithName("peer-server")
+		peerSrv = server.New(mgr.Shards(), pso)
+	}
 	watcher, err := cp.NewShardWatcher()
 	if err != nil {
 		mgr.Close()
@@ -262,14 +345,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := sync.apply(runCtx, watcher); err != nil {
 		log.Error(err, "first assignment pass failed; retrying on the next change")
 	}
+	if access != nil && !access.WaitForSync(runCtx) {
+		mgr.Close()
+		_ = store.Close()
+		return fmt.Errorf("member: access watch (FelixUsers, FelixCluster) did not sync: %w", ctx.Err())
+	}
 	go func() { _ = reports.Run(runCtx) }()
 	go func() { _ = cp.RunHeartbeat(runCtx, reports.Current) }()
 	go sync.run(runCtx, watcher)
 
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(cfg.Listen) }()
+	if peerSrv != nil {
+		go func() { served <- peerSrv.Serve(cfg.PeerListen) }()
+	}
 	srvReady.Store(srv)
-	log.Info("serving", "listen", cfg.Listen.Addr().String(), "advertise", advertise, "storageID", id.String(), "incarnation", inc)
+	log.Info("serving", "listen", cfg.Listen.Addr().String(), "advertise", advertise, "advertisePeer", advertisePeer,
+		"insecure", cfg.Insecure, "storageID", id.String(), "incarnation", inc)
 	if cfg.Started != nil {
 		cfg.Started(id, inc, decision)
 	}
@@ -290,6 +382,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Error(err, "drain did not finish; connections closed")
 	}
+	if peerSrv != nil {
+		if err := peerSrv.Shutdown(sctx); err != nil {
+			log.Error(err, "peer drain did not finish; connections closed")
+		}
+	}
 	stopRun()
 	mgr.Close()
 	if err := store.Close(); err != nil {
@@ -302,4 +399,44 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("clean stop recorded")
 	}
 	return cause
+}
+
+// httpServers builds the plain probe server (/live, /ready; /metrics
+// too when Insecure without a metrics listener) and, with cfg.Metrics,
+// the metrics server: HTTPS with the broker's certificate behind the
+// scraper check, or plain when Insecure.
+func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log logr.Logger) (probes, metrics *http.Server, metricsL net.Listener, err error) {
+	var h http.Handler
+	if cfg.Insecure && cfg.Metrics == nil {
+		h = server.HTTPHandlerWithReason(ready, reg)
+	} else {
+		h = server.HealthHandler(ready)
+	}
+	if cfg.Profiles {
+		h = server.WithProfiles(h)
+	}
+	probes = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if cfg.Metrics == nil {
+		if !cfg.Insecure {
+			log.Info("no metrics listener: /metrics is not served")
+		}
+		return probes, nil, nil, nil
+	}
+	mh := server.MetricsHandler(reg)
+	if cfg.Insecure {
+		return probes, &http.Server{Handler: mh, ReadHeaderTimeout: 10 * time.Second}, cfg.Metrics, nil
+	}
+	if cfg.MetricsAuth == nil {
+		return nil, nil, nil, errors.New("member: a metrics listener needs MetricsAuth")
+	}
+	mo := *cfg.MetricsAuth
+	if mo.Certificate == nil {
+		mo.Certificate = MetricsCertificate(cfg.TLS)
+	}
+	if mo.Log.GetSink() == nil {
+		mo.Log = log.WithName("metricsauth")
+	}
+	tc := pki.ClientPortConfig(cfg.TLS)
+	metrics = &http.Server{Handler: metricsauth.New(mo).Wrap(mh), ReadHeaderTimeout: 10 * time.Second}
+	return probes, metrics, tls.NewListener(cfg.Metrics, tc), nil
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,10 @@ import (
 	"felix.dev/felix/broker/replication"
 	"felix.dev/felix/broker/wire"
 )
+
+// ErrTLSHandshake is wrapped by a dial whose TLS handshake failed (the
+// peer's certificate was refused, or it refused ours).
+var ErrTLSHandshake = errors.New("peer: TLS handshake failed")
 
 // errLookup marks a handshake whose storage id could not be learned.
 var errLookup = errors.New("peer: storage id lookup failed")
@@ -27,6 +32,14 @@ func (p *Pool) connect(ctx context.Context, node replication.NodeID) (*liveConn,
 	nc, err := p.o.Dial(hctx, addr)
 	if err != nil {
 		return nil, err
+	}
+	if p.o.TLS != nil {
+		tc := tls.Client(nc, p.o.TLS(node))
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("%w with %s at %s: %w", ErrTLSHandshake, node, addr, err)
+		}
+		nc = tc
 	}
 	stop := context.AfterFunc(hctx, func() { _ = nc.SetDeadline(time.Now()) })
 	sid, err := handshake(nc, p.o.StorageID, p.o.MaxFrameSize)

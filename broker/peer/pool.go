@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -47,6 +48,13 @@ type Options struct {
 	Resolve func(replication.NodeID) (string, error)
 	// Dial opens a connection; nil uses a net.Dialer over TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// TLS, when set, returns the client configuration for dialing node
+	// (in a cluster: pki.PeerDialConfig, which checks that the server is
+	// exactly that broker); every dialed connection is then wrapped in a
+	// TLS client whose handshake completes, within HandshakeTimeout,
+	// before the Felix Hello. A failed handshake is a failed dial (retried
+	// with backoff). Nil: plain TCP.
+	TLS func(node replication.NodeID) *tls.Config
 	// Events receives connection events and answers. Required.
 	Events Events
 	// ConnIDs numbers connections; nil uses a pool-private one. Share one

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"time"
 
@@ -46,6 +47,9 @@ type Options struct {
 	ClientAddr func(replication.NodeID) (string, error)
 	// Dial opens peer connections; nil dials TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// PeerTLS, when set, is the TLS client configuration for dialing each
+	// peer (peer.Options.TLS); nil: plain connections.
+	PeerTLS func(replication.NodeID) *tls.Config
 	// Backoff spaces reconnection attempts to a peer.
 	Backoff peer.Backoff
 	// After is the clock that waits out a reconnection backoff and a

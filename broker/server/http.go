@@ -27,8 +27,21 @@ var errNotReady = errors.New("not ready")
 // HTTPHandlerWithReason is HTTPHandler with a readiness check that says
 // why: /ready answers 200 while notReady returns nil, else 503 with the
 // error's text (e.g. "storage full: ..."), so a probe's log shows the
-// cause.
+// cause. It is HealthHandler and MetricsHandler on one port, as a
+// standalone broker serves them.
 func HTTPHandlerWithReason(notReady func() error, g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /live", HealthHandler(notReady))
+	mux.Handle("GET /ready", HealthHandler(notReady))
+	mux.Handle("GET /metrics", MetricsHandler(g))
+	return mux
+}
+
+// HealthHandler serves /live (200 while the process runs) and /ready (200
+// while notReady returns nil, else 503 with the error's text) and nothing
+// else (404). It reveals nothing sensitive and needs no authentication: a
+// cluster member serves it alone, in plain HTTP, on its probe port.
+func HealthHandler(notReady func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -43,6 +56,15 @@ func HTTPHandlerWithReason(notReady func() error, g prometheus.Gatherer) http.Ha
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	return mux
+}
+
+// MetricsHandler serves /metrics (the gatherer's metrics in the Prometheus
+// exposition format) and nothing else (404). It does not authenticate: a
+// cluster member serves it behind its scraper check (broker/metricsauth)
+// over HTTPS.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -25,6 +25,12 @@ func TestWithProfilesServesProfilesAndHealth(t *testing.T) {
 		{"profiles metrics", WithProfiles(plain), "/metrics", http.StatusOK},
 		{"profiles index", WithProfiles(plain), "/debug/pprof/", http.StatusOK},
 		{"profiles heap", WithProfiles(plain), "/debug/pprof/heap", http.StatusOK},
+		{"health live", HealthHandler(func() error { return nil }), "/live", http.StatusOK},
+		{"health ready", HealthHandler(func() error { return nil }), "/ready", http.StatusOK},
+		{"health not ready", HealthHandler(func() error { return errNotReady }), "/ready", http.StatusServiceUnavailable},
+		{"health has no metrics", HealthHandler(func() error { return nil }), "/metrics", http.StatusNotFound},
+		{"metrics only", MetricsHandler(prometheus.NewRegistry()), "/metrics", http.StatusOK},
+		{"metrics has no health", MetricsHandler(prometheus.NewRegistry()), "/live", http.StatusNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

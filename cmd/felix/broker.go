@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/member"
@@ -37,11 +39,17 @@ type brokerFlags struct {
 	batchesInLog    bool
 	standalone      bool
 	tlsCert, tlsKey string
-	shutdownTimeout time.Duration
-	maxFrameSize    uint32
-	maxInFlight     int64
-	maxConnections  int
-	verbosity       int
+	tlsClientCA     string
+	// Cluster-mode security (docs/security.md).
+	tlsDir                    string
+	peerListen, advertisePeer string
+	metricsListen             string
+	insecureNoTLS             bool
+	shutdownTimeout           time.Duration
+	maxFrameSize              uint32
+	maxInFlight               int64
+	maxConnections            int
+	verbosity                 int
 
 	// Limits against hostile or buggy clients (server.Options).
 	idleTimeout     time.Duration
@@ -72,7 +80,8 @@ func newBrokerCmd() *cobra.Command {
 		Short: "Run a broker: serve shard logs over the Felix protocol",
 		Long: `Run a broker. It opens the data directory (storage identity and run-state,
 [ID-1]..[ID-4]), opens the log store in DIR/logstore, serves the Felix wire
-protocol on --listen and /live, /ready and /metrics on --http.
+protocol on --listen and /live, /ready and /metrics on --http (standalone;
+/metrics on --metrics-listen when given).
 
 --standalone runs without a control plane: every shard has one replica (this
 broker) and is created by its first append (at most --max-shards; a shard
@@ -82,6 +91,19 @@ control plane (the Kubernetes API) for its incarnation, holding with /live up
 and /ready down while the API server cannot be reached, rotates its storage id
 if the control plane is ahead of its registration file, registers, and then
 serves the shards the operator assigns it [ID-4].
+
+A cluster member is secure by default (docs/security.md): it reads its
+certificate, key and trust bundle from --tls-dir (re-read when they change,
+no restart), serves clients over TLS on --listen (a client is the FelixUser
+its certificate names and may do what that FelixUser's grants say; without a
+certificate only if the FelixCluster allows anonymous access), serves
+replication on --peer-listen over mutual TLS to the cluster's brokers only,
+registers --advertise and --advertise-peer, serves /live and /ready in plain
+HTTP on --http and /metrics over HTTPS on --metrics-listen (a bearer token
+allowed to get /metrics, or a broker or operator certificate). It starts
+no client connection before the FelixUsers and its FelixCluster are loaded.
+--insecure-no-tls, for tests and development only, drops all of that: one
+plaintext port, replication over it, everyone allowed everything.
 
 --fsync says when an append is acknowledged: on-commit (after a sync shared by
 concurrent appends), periodic (a background sync every --fsync-interval) or
@@ -108,13 +130,19 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (required)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "protocol address HOST:PORT (port 0 picks one)")
-	fl.StringVar(&f.http, "http", "127.0.0.1:7071", "HTTP address HOST:PORT for /live, /ready and /metrics")
+	fl.StringVar(&f.http, "http", "127.0.0.1:7071", "plain HTTP address HOST:PORT for /live and /ready (and /metrics in standalone or --insecure-no-tls mode without --metrics-listen)")
 	fl.StringVar(&f.fsync, "fsync", "on-commit", "durability: on-commit, periodic or none")
 	fl.DurationVar(&f.fsyncInterval, "fsync-interval", logstore.DefaultFsyncInterval, "background sync interval under --fsync periodic")
 	fl.BoolVar(&f.batchesInLog, "batches-in-commit-log", true, "under --fsync on-commit, write each batch once, to the commit log, with a ref in the index (false: also to badger's value log); once a data directory holds such batches, brokers from before this option refuse to open it")
 	fl.BoolVar(&f.standalone, "standalone", false, "run without a control plane; every shard has one replica")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the protocol over TLS with this certificate (PEM)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "private key (PEM) for --tls-cert")
+	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "standalone, with --tls-cert: require a client certificate signed by a CA of this PEM bundle (its subject CN names the client in logs; every such client may do everything)")
+	fl.StringVar(&f.tlsDir, "tls-dir", "", "cluster mode: directory of the broker's certificate Secret (tls.crt, tls.key, ca.crt), re-read when it changes; required unless --insecure-no-tls")
+	fl.StringVar(&f.peerListen, "peer-listen", "127.0.0.1:7072", "cluster mode: peer (replication) address HOST:PORT, mutual TLS, the cluster's brokers only")
+	fl.StringVar(&f.advertisePeer, "advertise-peer", "", "cluster mode: HOST:PORT peers dial for replication (default: the --peer-listen address)")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address HOST:PORT for /metrics; cluster mode: HTTPS with the broker's certificate, scrapers authenticate with a bearer token allowed to get /metrics or a broker/operator certificate (empty: /metrics not served); standalone: moves /metrics off --http")
+	fl.BoolVar(&f.insecureNoTLS, "insecure-no-tls", false, "cluster mode, for tests and development only: no TLS, no peer port (peers replicate over --listen), no authentication (every client may do everything); never use it in production")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may drain before closing connections")
 	fl.Uint32Var(&f.maxFrameSize, "max-frame-size", 0, "largest protocol frame accepted in bytes (default 16 MiB)")
 	fl.Int64Var(&f.maxInFlight, "max-inflight-bytes", 0, "request bytes one connection may have unanswered (default 64 MiB)")
@@ -155,22 +183,20 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		return err
 	}
 	dirMode := mode
-	var tlsConf *tls.Config
-	if f.tlsCert != "" || f.tlsKey != "" {
-		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-		if err != nil {
-			return fmt.Errorf("load TLS key pair: %w", err)
-		}
-		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
-
 	if !f.standalone {
 		if f.maintainInterval <= 0 {
 			// The flag's 0 (never) is the member's negative; its 0 means
 			// the default.
 			f.maintainInterval = -1
 		}
-		return runMember(cmd, f, log, mode, tlsConf)
+		return runMember(cmd, f, log, mode)
+	}
+	if f.tlsDir != "" || f.insecureNoTLS || cmd.Flags().Changed("peer-listen") || f.advertisePeer != "" {
+		return errors.New("--tls-dir, --insecure-no-tls, --peer-listen and --advertise-peer are cluster-mode flags; a standalone broker uses --tls-cert, --tls-key and --tls-client-ca")
+	}
+	tlsConf, authn, err := standaloneTLS(f)
+	if err != nil {
+		return err
 	}
 	// [ID-4], standalone: identity and run-state before any store opens.
 	dir, err := datadir.Open(f.dataDir, datadir.Options{Fsync: dirMode, BootIDPath: f.bootIDFile, Logger: log.WithName("datadir")})
@@ -235,6 +261,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		maxShards = -1 // the flag's 0 (no limit) is the option's negative
 	}
 	opts := f.serverOptions(tlsConf)
+	opts.Authenticate = authn
 	opts.Logger, opts.Metrics, opts.StorageID = log.WithName("server"), metrics, id[:]
 	srv := server.New(server.NewStoreShards(store, server.StoreShardsOptions{MaxShards: maxShards, Metrics: metrics}), opts)
 	pl, err := net.Listen("tcp", f.listen)
@@ -246,12 +273,31 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 		_ = pl.Close()
 		return err
 	}
-	handler := server.HTTPHandlerWithReason(func() error {
+	readiness := func() error {
 		if !srv.Ready() {
 			return errors.New("not ready: not serving")
 		}
 		return store.SpaceErr() // storage full: appends refused, reads served
-	}, reg)
+	}
+	var handler http.Handler
+	var metricsSrv *http.Server
+	if f.metricsListen != "" {
+		ml, err := net.Listen("tcp", f.metricsListen)
+		if err != nil {
+			_ = pl.Close()
+			_ = hl.Close()
+			return err
+		}
+		if tlsConf != nil {
+			ml = tls.NewListener(ml, tlsConf)
+		}
+		metricsSrv = &http.Server{Handler: server.MetricsHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = metricsSrv.Serve(ml) }()
+		defer func() { _ = metricsSrv.Close() }()
+		handler = server.HealthHandler(readiness)
+	} else {
+		handler = server.HTTPHandlerWithReason(readiness, reg)
+	}
 	if f.pprof {
 		handler = server.WithProfiles(handler)
 	}
@@ -276,6 +322,43 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	}
 	log.Info("stopping: draining connections")
 	return stopBroker(log, f, srv, store, &storeOpen, running, httpSrv, nil)
+}
+
+// standaloneTLS is a standalone broker's TLS from --tls-cert, --tls-key
+// and --tls-client-ca: nil without a certificate; with a client CA,
+// client certificates are required and verified against it, and a
+// connection's principal is a user named by the certificate's subject CN
+// (every verified client may do everything: AllowAll).
+func standaloneTLS(f brokerFlags) (*tls.Config, func(*tls.ConnectionState) (auth.Principal, error), error) {
+	if f.tlsCert == "" && f.tlsKey == "" {
+		if f.tlsClientCA != "" {
+			return nil, nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+		}
+		return nil, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load TLS key pair: %w", err)
+	}
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.tlsClientCA == "" {
+		return conf, nil, nil
+	}
+	b, err := os.ReadFile(f.tlsClientCA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read --tls-client-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, nil, fmt.Errorf("--tls-client-ca %s: no PEM certificate in it", f.tlsClientCA)
+	}
+	conf.ClientCAs, conf.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	return conf, func(cs *tls.ConnectionState) (auth.Principal, error) {
+		if cs == nil || len(cs.PeerCertificates) == 0 {
+			return auth.Principal{}, errors.New("a client certificate is required")
+		}
+		return auth.Principal{Kind: auth.User, Name: cs.PeerCertificates[0].Subject.CommonName}, nil
+	}, nil
 }
 
 // serverOptions are the protocol server's limits from the flags, in both

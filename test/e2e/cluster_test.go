@@ -182,7 +182,11 @@ func (c *cluster) startBroker(ordinal int, extra ...string) *brokerProc {
 		"--cluster", c.name, "--broker", name, "--namespace", c.namespace,
 		"--kubeconfig", c.env.Kubeconfig, "--data-dir", dataDir,
 		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--fsync", string(c.fsync), // as the operator passes it
-		"--heartbeat-interval", c.timing.heartbeat.String(), "--node-expiry", c.timing.expiry.String())
+		"--heartbeat-interval", c.timing.heartbeat.String(), "--node-expiry", c.timing.expiry.String(),
+		// These scenarios test replication and recovery, not security:
+		// plaintext, replication over the client port, as before the peer
+		// port (the secure set-up is tested in broker/member).
+		"--insecure-no-tls")
 	if c.timing.pass > 0 {
 		cmd.Args = append(cmd.Args, "--pass-interval", c.timing.pass.String())
 	}

@@ -1,0 +1,193 @@
+package member
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+	brokerclient "felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/datadir"
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/metricsauth"
+	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/internal/pki"
+	"felix.dev/felix/internal/testenv"
+)
+
+// grantRegistrations plays the operator's registration grant until ctx
+// ends, copying address and peer address as controllers does.
+func grantRegistrations(ctx context.Context, c client.Client, key types.NamespacedName) {
+	for ctx.Err() == nil {
+		var b felixv1.FelixBroker
+		if err := c.Get(ctx, key, &b); err == nil && b.Status.RegistrationRequest != nil {
+			r := b.Status.RegistrationRequest
+			if r.SeenIncarnation == b.Status.Incarnation {
+				b.Status.Incarnation, b.Status.StorageID = r.SeenIncarnation+1, r.StorageID
+				b.Status.Address, b.Status.PeerAddress = r.Address, r.PeerAddress
+			}
+			b.Status.RegistrationRequest = nil
+			_ = c.Status().Update(ctx, &b)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// A secure member started as `felix broker` starts it (TLS source, client,
+// peer, probe and metrics listeners): it refuses to start without TLS,
+// registers its peer address, serves clients only after the FelixUsers
+// are loaded and then authorizes by them, refuses a user on the peer
+// port, and keeps /metrics off the probe port.
+func TestRunSecureMember(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const broker = "logs-0"
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}))
+	must(env.Client.Create(ctx, &felixv1.FelixCluster{ObjectMeta: metav1.ObjectMeta{Name: testCluster, Namespace: testNS},
+		Spec: felixv1.FelixClusterSpec{Brokers: 1, Image: "felix:dev"}}))
+	must(env.Client.Create(ctx, &felixv1.FelixBroker{ObjectMeta: metav1.ObjectMeta{Name: broker, Namespace: testNS},
+		Spec: felixv1.FelixBrokerSpec{Cluster: testCluster}}))
+	must(env.Client.Create(ctx, &felixv1.FelixUser{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: testNS},
+		Spec: felixv1.FelixUserSpec{Cluster: testCluster, Authorization: felixv1.UserAuthorization{
+			Grants: []felixv1.StreamGrant{{Stream: "orders", Operations: []felixv1.StreamOperation{felixv1.OperationDescribe}}}}}}))
+	key := types.NamespacedName{Namespace: testNS, Name: broker}
+	go grantRegistrations(ctx, env.Client, key)
+
+	ca, err := pki.NewCA("test-ca", time.Now(), 24*time.Hour, nil)
+	must(err)
+	dir := t.TempDir()
+	writeCert(t, ca, identity(pki.KindBroker, broker), dir)
+	src, err := pki.NewSource(pki.SourceOptions{Files: pki.DirFiles(dir)})
+	must(err)
+
+	base := Config{DataDir: t.TempDir(), Fsync: logstore.FsyncNone, REST: env.Config, Namespace: testNS, Cluster: testCluster,
+		Broker: broker, HeartbeatInterval: 200 * time.Millisecond, NodeExpiry: 2 * time.Second, ShutdownTimeout: 5 * time.Second}
+
+	// Without TLS (and not Insecure) it refuses to start.
+	noTLS := base
+	noTLS.Listen, noTLS.HTTP = listen(t), listen(t)
+	if err := Run(ctx, noTLS); !errors.Is(err, ErrInsecure) {
+		t.Fatalf("Run without TLS: %v, want ErrInsecure", err)
+	}
+	// With another broker's certificate it refuses too.
+	other := base
+	other.Listen, other.HTTP, other.PeerListen = listen(t), listen(t), listen(t)
+	otherDir := t.TempDir()
+	writeCert(t, ca, identity(pki.KindBroker, "logs-1"), otherDir)
+	other.TLS, err = pki.NewSource(pki.SourceOptions{Files: pki.DirFiles(otherDir)})
+	must(err)
+	if err := Run(ctx, other); !errors.Is(err, ErrWrongIdentity) {
+		t.Fatalf("Run with another broker's certificate: %v, want ErrWrongIdentity", err)
+	}
+
+	cfg := base
+	cfg.Listen, cfg.HTTP, cfg.PeerListen, cfg.Metrics = listen(t), listen(t), listen(t), listen(t)
+	cfg.AdvertisePeer = "10.0.0.7:7102"
+	cfg.TLS, cfg.MetricsAuth = src, &metricsauth.Options{}
+	started := make(chan struct{})
+	cfg.Started = func(datadir.StorageID, int64, datadir.Decision) { close(started) }
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Run(runCtx, cfg) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("Run ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("member did not start")
+	}
+
+	var b felixv1.FelixBroker
+	must(env.Client.Get(ctx, key, &b))
+	if b.Status.PeerAddress != "10.0.0.7:7102" || b.Status.Address != cfg.Listen.Addr().String() {
+		t.Fatalf("registered address %q, peer address %q", b.Status.Address, b.Status.PeerAddress)
+	}
+
+	clientAddr := cfg.Listen.Addr().String()
+	dial := func(cert *tls.Certificate) (*brokerclient.Client, error) {
+		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer dcancel()
+		return brokerclient.Dial(dctx, clientAddr, brokerclient.Options{TLS: pki.ClientConfig(cert, roots(ca), testNS+"/"+testCluster, "")})
+	}
+	describeCode := func(cert *tls.Certificate) wire.Code {
+		c, err := dial(cert)
+		if err != nil {
+			var we *wire.Error
+			if errors.As(err, &we) {
+				return we.Code
+			}
+			t.Fatalf("dial: %v", err)
+		}
+		defer func() { _ = c.Close() }()
+		_, err = c.Describe(ctx, ordersShard)
+		var we *wire.Error
+		if errors.As(err, &we) {
+			return we.Code
+		}
+		return 0
+	}
+	if code := describeCode(keyPair(t, ca, identity(pki.KindUser, "alice"))); code == wire.CodeNotAuthorized || code == wire.CodeUnauthenticated {
+		t.Fatalf("alice (Describe granted): code %v", code)
+	}
+	if code := describeCode(keyPair(t, ca, identity(pki.KindUser, "mallory"))); code != wire.CodeNotAuthorized {
+		t.Fatalf("a user with no FelixUser: code %v, want NotAuthorized", code)
+	}
+	if code := describeCode(nil); code != wire.CodeUnauthenticated {
+		t.Fatalf("anonymous: code %v, want Unauthenticated", code)
+	}
+
+	// The peer port: a user certificate fails the handshake.
+	nc, err := tls.Dial("tcp", cfg.PeerListen.Addr().String(), pki.ClientConfig(keyPair(t, ca, identity(pki.KindUser, "alice")), roots(ca), testNS+"/"+testCluster, ""))
+	if err == nil {
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = nc.Read(make([]byte, 1))
+		_ = nc.Close()
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" {
+		t.Fatalf("user on the peer port: %v, want a TLS alert", err)
+	}
+
+	// Probes plain; /metrics only on the metrics port, and not anonymously.
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for path, want := range map[string]int{"/live": 200, "/metrics": 404} {
+		resp, err := hc.Get("http://" + cfg.HTTP.Addr().String() + path)
+		must(err)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("probe port %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	hs := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.ClientConfig(nil, roots(ca), testNS+"/"+testCluster, "")}}
+	resp, err := hs.Get("https://" + cfg.Metrics.Addr().String() + "/metrics")
+	must(err)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("metrics without a token: %d, want 401", resp.StatusCode)
+	}
+}
