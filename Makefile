@@ -47,6 +47,7 @@ generate: ## Generate deepcopy code, CRDs and RBAC from kubebuilder markers.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	cp config/crd/bases/*.yaml charts/felix/crds/
 	cp config/rbac/role.yaml charts/felix/files/role.yaml
+	cp config/admission/broker_writes.yaml charts/felix/files/broker_writes.yaml
 
 .PHONY: verify
 verify: ## Regenerate and fail if generated files drift from the markers, or if go mod tidy would change go.mod/go.sum.

@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -183,10 +184,13 @@ func (r *FelixClusterReconciler) ensureShared(ctx context.Context, c *felixv1.Fe
 		return err
 	}
 	pdb := podDisruptionBudget(c)
-	return r.upsert(ctx, c, pdb, func(existing client.Object) {
+	if err := r.upsert(ctx, c, pdb, func(existing client.Object) {
 		mergeLabels(existing, pdb.Labels)
 		existing.(*policyv1.PodDisruptionBudget).Spec = pdb.Spec
-	}, obs)
+	}, obs); err != nil {
+		return err
+	}
+	return r.ensureNetworkPolicy(ctx, c, obs)
 }
 
 // upsert creates want (owned by c) or applies mutate to the existing
@@ -484,6 +488,7 @@ func (r *FelixClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Certificate Secrets: the CA's and the brokers' (including
 		// those cert-manager fills), by label.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clusterOfSecret)).
+		Owns(&networkingv1.NetworkPolicy{}).
 		// A shard created or deleted may unblock or block a scale-down.
 		// A backup completing lets the clusters restoring from it go on.
 		Watches(&felixv1.FelixBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRestoringFrom)).

@@ -33,24 +33,25 @@ func brokerServiceAccount(c *felixv1.FelixCluster) *corev1.ServiceAccount {
 // brokerRole grants brokers the least they need: read their own
 // FelixBroker and patch its status (registration), renew their own
 // heartbeat Lease, watch FelixShards (assignments) and patch their status
-// (reports), read FelixStreams, read the FelixUsers of the namespace and
-// its own FelixCluster (who may do what). Per-object rules name the cluster's
-// brokers; brokers of one cluster replicate each other's data and share
-// one ServiceAccount, so the Role does not separate them from each other.
+// (reports), read FelixStreams, and read FelixUsers and their FelixCluster
+// (authorization; a list or watch of the cluster must select it by
+// metadata.name). Per-object rules name the cluster's brokers; brokers of
+// one cluster share one ServiceAccount, so the Role does not separate them
+// from each other: the felix-broker-writes admission policy does
+// (config/admission), letting a pod write only its own FelixBroker and
+// the reports of the shards it leads.
 func brokerRole(c *felixv1.FelixCluster, brokers []string) *rbacv1.Role {
 	names := append([]string(nil), brokers...)
+	group := felixv1.GroupVersion.Group
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: BrokerServiceAccountName(c.Name), Namespace: c.Namespace, Labels: clusterLabels(c.Name)},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixbrokers"}, ResourceNames: names, Verbs: []string{"get", "watch"}},
-			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixbrokers/status"}, ResourceNames: names, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{group}, Resources: []string{"felixbrokers"}, ResourceNames: names, Verbs: []string{"get", "watch"}},
+			{APIGroups: []string{group}, Resources: []string{"felixbrokers/status"}, ResourceNames: names, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: names, Verbs: []string{"get", "update"}},
-			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixshards", "felixstreams"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixshards/status"}, Verbs: []string{"get", "patch"}},
-			// Authorization: the users' grants, and the cluster's
-			// anonymous access (watched by name).
-			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixusers"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{felixv1.GroupVersion.Group}, Resources: []string{"felixclusters"}, ResourceNames: []string{c.Name}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{group}, Resources: []string{"felixshards", "felixstreams", "felixusers"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{group}, Resources: []string{"felixshards/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{group}, Resources: []string{"felixclusters"}, ResourceNames: []string{c.Name}, Verbs: []string{"get", "list", "watch"}},
 		},
 	}
 }

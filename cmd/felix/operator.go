@@ -2,12 +2,15 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"felix.dev/felix/controllers"
@@ -15,14 +18,16 @@ import (
 
 // operatorOptions are the flags of `felix operator`.
 type operatorOptions struct {
-	metricsAddr    string
-	probeAddr      string
-	leaderElect    bool
-	leaderElectNS  string
-	leaderElectID  string
-	watchNamespace string
-	verbosity      int
-	maxClockSkew   time.Duration
+	metricsAddr     string
+	metricsSecure   bool
+	metricsCertDir  string
+	probeAddr       string
+	leaderElect     bool
+	leaderElectNS   string
+	leaderElectID   string
+	watchNamespaces []string
+	verbosity       int
+	maxClockSkew    time.Duration
 }
 
 // newOperatorCmd is `felix operator`: the control plane. It runs every
@@ -41,12 +46,22 @@ func newOperatorCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to (\"0\" disables it)")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address the metrics endpoint binds to (\"0\" disables it)")
+	f.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve /metrics over HTTPS to scrapers that present a bearer token allowed to get the /metrics non-resource URL (TokenReview and SubjectAccessReview); false serves plain HTTP to anyone, for development only")
+	f.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory holding tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate made at start)")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election so that only one operator replica is active")
 	f.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	f.StringVar(&o.leaderElectID, "leader-election-id", "felix-operator.felix.dev", "name of the leader-election Lease")
-	f.StringVar(&o.watchNamespace, "namespace", "", "watch only this namespace (default: all namespaces)")
+	f.StringSliceVar(&o.watchNamespaces, "watch-namespaces", nil, "watch only these namespaces (comma-separated or repeated; default: all namespaces). With a Role per namespace instead of the ClusterRole; see docs/security.md")
+	f.StringSliceVar(&o.watchNamespaces, "namespace", nil, "watch only this namespace")
+	_ = f.MarkDeprecated("namespace", "use --watch-namespaces")
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "watch-namespace" {
+			name = "watch-namespaces"
+		}
+		return pflag.NormalizedName(name)
+	})
 	f.DurationVar(&o.maxClockSkew, "max-clock-skew", controllers.DefaultMaxClockSkew, "how far a broker's clock may run ahead of the operator's; a broker without a storage id is counted only from a view its leader took at least this long after it registered")
 	f.IntVar(&o.verbosity, "v", 0, "log verbosity (0: changes and errors; 1: every reconcile decision)")
 	return cmd
@@ -64,13 +79,11 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	cacheOpts := controllers.CacheOptions()
-	if o.watchNamespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.watchNamespace: {}}
-	}
+	cacheOpts.DefaultNamespaces = watchedNamespaces(o.watchNamespaces)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
 		Cache:                         cacheOpts,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              o.leaderElectID,
@@ -90,6 +103,37 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	logger.Info("starting felix operator", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "probes", o.probeAddr)
+	logger.Info("starting felix operator", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "metricsSecure", o.metricsSecure,
+		"probes", o.probeAddr, "watchNamespaces", o.watchNamespaces)
 	return mgr.Start(cmd.Context())
+}
+
+// watchedNamespaces is the manager cache's DefaultNamespaces for
+// --watch-namespaces: nil (every namespace) when none is named.
+func watchedNamespaces(names []string) map[string]cache.Config {
+	out := map[string]cache.Config{}
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n != "" {
+			out[n] = cache.Config{}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// metricsOptions is the operator's metrics endpoint: HTTPS with
+// controller-runtime's authentication and authorization filter unless
+// --metrics-secure=false. A scraper needs a token the API server accepts
+// (TokenReview) and RBAC get on the /metrics non-resource URL
+// (SubjectAccessReview; the felix-metrics-reader ClusterRole grants it).
+func metricsOptions(o operatorOptions) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.metricsAddr}
+	if o.metricsSecure {
+		opts.SecureServing = true
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.CertDir = o.metricsCertDir
+	}
+	return opts
 }

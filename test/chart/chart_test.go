@@ -42,28 +42,83 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	env := testenv.Start(t)
 	helm := helmBinary(t)
 	run(t, helm, "lint", "charts/felix")
+	run(t, helm, "lint", "charts/felix", "--set", "watchNamespaces={team-a,team-b}")
 
 	dir := t.TempDir()
-	rendered := run(t, helm, "template", "felix", "charts/felix", "--namespace", "felix-system", "--include-crds", "--kube-version", "1.37.2")
-	for _, want := range []string{"kind: Deployment", "kind: ClusterRole", "--leader-elect=true", "kind: CustomResourceDefinition", "felixshards.felix.dev"} {
+	kc := "--kubeconfig=" + env.Kubeconfig
+	for _, ns := range []string{"felix-system", "team-a", "team-b"} {
+		run(t, "kubectl", kc, "create", "namespace", ns)
+	}
+	template := func(extra ...string) string {
+		args := append([]string{"template", "felix", "charts/felix", "--namespace", "felix-system", "--include-crds", "--kube-version", "1.37.2"}, extra...)
+		return run(t, helm, args...)
+	}
+	dryRun := func(name, rendered string) string {
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(rendered), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-f", path)
+	}
+
+	// Cluster-wide (the default).
+	rendered := template()
+	for _, want := range []string{"kind: Deployment", "kind: ClusterRole", "--leader-elect=true", "kind: CustomResourceDefinition", "felixshards.felix.dev",
+		"--metrics-secure=true", "--metrics-bind-address=:8443", "name: felix-metrics-reader", "kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding"} {
 		if !strings.Contains(rendered, want) {
 			t.Errorf("helm template output lacks %q", want)
 		}
 	}
-	chart := filepath.Join(dir, "chart.yaml")
-	if err := os.WriteFile(chart, []byte(rendered), 0o644); err != nil {
-		t.Fatal(err)
+	if strings.Contains(rendered, "--watch-namespaces") {
+		t.Error("the default chart restricts the operator to namespaces")
 	}
-	kc := "--kubeconfig=" + env.Kubeconfig
-	run(t, "kubectl", kc, "create", "namespace", "felix-system")
-	out := run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-f", chart)
-	if !strings.Contains(out, "deployment.apps/felix-felix-operator serverside-applied (server dry run)") {
-		t.Errorf("chart dry run did not apply the operator Deployment:\n%s", out)
+	out := dryRun("cluster", rendered)
+	for _, want := range []string{
+		"deployment.apps/felix-felix-operator serverside-applied (server dry run)",
+		"clusterrole.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("chart dry run lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Namespace-scoped: a Role and RoleBinding per watched namespace, no
+	// ClusterRole with the operator's rules.
+	rendered = template("--set", "watchNamespaces={team-a,team-b}")
+	if !strings.Contains(rendered, "--watch-namespaces=team-a,team-b") {
+		t.Error("namespace-scoped chart does not pass --watch-namespaces")
+	}
+	out = dryRun("namespaced", rendered)
+	for _, want := range []string{
+		"role.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
+		"rolebinding.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
+		"clusterrole.rbac.authorization.k8s.io/felix-felix-operator-auth-delegator serverside-applied",
+	} {
+		if strings.Count(out, want) < 1 {
+			t.Errorf("namespace-scoped dry run lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "role.rbac.authorization.k8s.io/felix-felix-operator serverside-applied"); n != 2 {
+		t.Errorf("namespace-scoped chart: %d operator Roles; want one per watched namespace (2):\n%s", n, out)
+	}
+	if strings.Contains(out, "clusterrole.rbac.authorization.k8s.io/felix-felix-operator serverside-applied") {
+		t.Errorf("namespace-scoped chart still grants the operator's ClusterRole:\n%s", out)
+	}
+	for _, ns := range []string{"team-a", "team-b"} {
+		if !strings.Contains(rendered, "  namespace: "+ns+"\n") {
+			t.Errorf("nothing rendered in namespace %s", ns)
+		}
+	}
+	if strings.Contains(rendered, "- nodes") {
+		t.Error("a namespace Role names nodes, which only a ClusterRole grants")
 	}
 
 	// The kustomize config installs the same things.
 	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-k", "config/default")
-	for _, want := range []string{"deployment.apps/felix-operator", "clusterrole.rbac.authorization.k8s.io/felix-operator"} {
+	for _, want := range []string{"deployment.apps/felix-operator", "clusterrole.rbac.authorization.k8s.io/felix-operator",
+		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kustomize dry run lacks %q:\n%s", want, out)
 		}
