@@ -38,10 +38,19 @@ var ErrUserNotIssued = errors.New("localcluster: user certificate not issued")
 var ErrUserSecretIncomplete = errors.New("localcluster: user Secret incomplete")
 
 // AllGrants allows every operation on every stream: the grants of a test
-// client that is not itself testing authorization.
+// client that is not itself testing authorization. A grant has no "every
+// stream" form (a prefix is at least one character), so it is one prefix
+// grant per byte a stream name may start with (A-Z a-z 0-9 . _ -).
 func AllGrants() []felixv1.StreamGrant {
-	return []felixv1.StreamGrant{{Prefix: "*", Operations: []felixv1.StreamOperation{
-		felixv1.OperationAppend, felixv1.OperationRead, felixv1.OperationTrim, felixv1.OperationDescribe}}}
+	ops := []felixv1.StreamOperation{felixv1.OperationAppend, felixv1.OperationRead,
+		felixv1.OperationTrim, felixv1.OperationDescribe}
+	var out []felixv1.StreamGrant
+	for _, r := range []string{"AZ", "az", "09", "..", "__", "--"} {
+		for c := r[0]; c <= r[1]; c++ {
+			out = append(out, felixv1.StreamGrant{Prefix: string(c), Operations: ops})
+		}
+	}
+	return out
 }
 
 // UserOptions names a FelixUser and what it may do.
@@ -76,18 +85,24 @@ type User struct {
 	TLS *tls.Config
 }
 
+// UserObject is the FelixUser o describes: o.Name in o.Namespace, of
+// o.Cluster, with o.Grants and TLS authentication.
+func UserObject(o UserOptions) *felixv1.FelixUser {
+	return &felixv1.FelixUser{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec: felixv1.FelixUserSpec{Cluster: o.Cluster,
+			Authentication: felixv1.UserAuthentication{Type: "tls"},
+			Authorization:  felixv1.UserAuthorization{Grants: o.Grants}},
+	}
+}
+
 // CreateUser creates FelixUser o.Name with o.Grants in c, waits until the
 // operator has issued its certificate (Ready, and its Secret holding
 // tls.crt, tls.key and ca.crt), and returns its credentials, written to
 // o.Dir if set. A FelixUser that already exists is waited for as it is,
 // its grants untouched.
 func CreateUser(ctx context.Context, c client.Client, o UserOptions) (*User, error) {
-	u := &felixv1.FelixUser{
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-		Spec: felixv1.FelixUserSpec{Cluster: o.Cluster,
-			Authorization: felixv1.UserAuthorization{Grants: o.Grants}},
-	}
-	if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, UserObject(o)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("localcluster: create FelixUser %s/%s: %w", o.Namespace, o.Name, err)
 	}
 	return WaitUser(ctx, c, o)

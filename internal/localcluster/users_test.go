@@ -13,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"felix.dev/felix/broker/auth"
+	"felix.dev/felix/broker/controlplane"
+	"felix.dev/felix/broker/wire"
 	"felix.dev/felix/internal/pki"
 )
 
@@ -146,4 +149,26 @@ func writeDir(t *testing.T, s *corev1.Secret) pki.Files {
 		t.Fatal(err)
 	}
 	return pki.DirFiles(dir)
+}
+
+func TestAllGrantsCoverEveryStreamName(t *testing.T) {
+	gs, unknown := controlplane.Grants(AllGrants())
+	if len(unknown) != 0 {
+		t.Fatalf("unknown operations: %v", unknown)
+	}
+	for c := 0; c < 256; c++ {
+		name := string([]byte{byte(c)}) + "x"
+		if wire.CheckStreamName(name) != nil {
+			continue
+		}
+		for _, op := range []auth.Operation{auth.OpAppend, auth.OpRead, auth.OpTrim, auth.OpDescribe} {
+			ok := false
+			for _, g := range gs {
+				ok = ok || g.Matches(op, name)
+			}
+			if !ok {
+				t.Errorf("%s on stream %q not granted", op, name)
+			}
+		}
+	}
 }

@@ -42,9 +42,7 @@ func newTenantUser(t *testing.T, ctx context.Context, c client.Client, ns, clust
 	t.Helper()
 	u := &tenantUser{c: c, opts: localcluster.UserOptions{Namespace: ns, Cluster: cluster,
 		Name: tenantUserName(cluster), Grants: localcluster.AllGrants()}}
-	if err := c.Create(ctx, &felixv1.FelixUser{ObjectMeta: objectMeta(ns, u.opts.Name),
-		Spec: felixv1.FelixUserSpec{Cluster: cluster,
-			Authorization: felixv1.UserAuthorization{Grants: u.opts.Grants}}}); err != nil {
+	if err := c.Create(ctx, localcluster.UserObject(u.opts)); err != nil {
 		t.Fatal(err)
 	}
 	return u
