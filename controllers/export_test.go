@@ -39,3 +39,16 @@ func EnsureClusterTLS(ctx context.Context, cl client.Client, c *felixv1.FelixClu
 	obs, err := r.ensureTLS(ctx, c, brokers)
 	return obs.Ready, err
 }
+
+// EnsureUserCertificate runs the FelixUser reconciler's certificate step
+// once for u as if the time were now and returns the Ready condition's
+// reason and the certificate's NotAfter.
+func EnsureUserCertificate(ctx context.Context, cl client.Client, u *felixv1.FelixUser, now time.Time) (string, time.Time, error) {
+	r := &FelixUserReconciler{Client: cl, APIReader: cl, Clock: clocktesting.NewFakePassiveClock(now)}
+	obs, err := r.ensure(ctx, u)
+	var notAfter time.Time
+	if obs.NotAfter != nil {
+		notAfter = obs.NotAfter.Time
+	}
+	return obs.Ready.Reason, notAfter, err
+}

@@ -53,9 +53,6 @@ const (
 	DefaultCertificateDuration = 2160 * time.Hour
 )
 
-// errNoCASecret: a cluster's CA Secret does not exist (yet).
-var errNoCASecret = errors.New("CA secret not found")
-
 // errCASecretInvalid: a CA Secret holds no usable CA.
 var errCASecretInvalid = errors.New("CA secret holds no usable CA")
 

@@ -80,6 +80,12 @@ func verifyLeaf(t *testing.T, s *corev1.Secret, bundle []byte, usage x509.ExtKey
 	if err != nil {
 		t.Fatalf("Secret %s: %v", s.Name, err)
 	}
+	// Now, or (for a certificate issued on a test's stepped clock) its
+	// first valid moment.
+	at := time.Now()
+	if start := tc.Leaf.NotBefore.Add(pki.ClockSkew); start.After(at) {
+		at = start
+	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(bundle) {
 		t.Fatalf("no CA in bundle")
@@ -89,7 +95,7 @@ func verifyLeaf(t *testing.T, s *corev1.Secret, bundle []byte, usage x509.ExtKey
 		c, _ := x509.ParseCertificate(raw)
 		inter.AddCert(c)
 	}
-	if _, err := tc.Leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}, CurrentTime: time.Now()}); err != nil {
+	if _, err := tc.Leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}, CurrentTime: at}); err != nil {
 		t.Errorf("Secret %s: certificate does not verify for %v: %v", s.Name, usage, err)
 	}
 	got, err := pki.IdentityOf(tc.Leaf)
@@ -462,6 +468,17 @@ func TestUser_Certificate(t *testing.T) {
 		t.Errorf("user Secret owners %+v", sec.OwnerReferences)
 	}
 	eventually(t, 10*time.Second, "CertificateIssued event", func() (bool, string) { return hasEvent(ns, "alice", "CertificateIssued") })
+
+	// Renewal: past RenewAt the user gets a new certificate and key.
+	reason, notAfter, err := controllers.EnsureUserCertificate(ctx, suite.c, got, pki.RenewAt(leaf, 0).Add(time.Minute))
+	if err != nil || reason != "CertificateIssued" || !notAfter.After(leaf.NotAfter) {
+		t.Fatalf("renewal pass: %s %s %v", reason, notAfter, err)
+	}
+	renewed := getSecret(ns, "alice")
+	if bytes.Equal(renewed.Data["tls.key"], sec.Data["tls.key"]) {
+		t.Fatal("user key not renewed past RenewAt")
+	}
+	verifyLeaf(t, renewed, caSec.Data["ca.crt"], x509.ExtKeyUsageClientAuth, id)
 
 	// A Secret of the user's name that is not the user's is left alone.
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bob"}, Data: map[string][]byte{"x": []byte("y")}})
