@@ -104,8 +104,9 @@ type Config struct {
 
 	// Registry receives the broker's metrics; nil makes a new one.
 	Registry *prometheus.Registry
-	// Profiles also serves Go's runtime profiles on HTTP under
-	// /debug/pprof/ (server.WithProfiles).
+	// Profiles also serves Go's runtime profiles under /debug/pprof/
+	// (server.WithProfiles): on the metrics port, behind its check, or,
+	// Insecure, on HTTP.
 	Profiles bool
 	// ServerOptions are passed to the protocol server (Shards, StorageID,
 	// Replication and Metrics are set by the member).
@@ -412,7 +413,7 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 	} else {
 		h = server.HealthHandler(ready)
 	}
-	if cfg.Profiles {
+	if cfg.Profiles && cfg.Insecure {
 		h = server.WithProfiles(h)
 	}
 	probes = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -423,6 +424,11 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 		return probes, nil, nil, nil
 	}
 	mh := server.MetricsHandler(reg)
+	if cfg.Profiles && !cfg.Insecure {
+		// Profiles reveal internals: a secure member serves them only
+		// behind the scraper check.
+		mh = server.WithProfiles(mh)
+	}
 	if cfg.Insecure {
 		return probes, &http.Server{Handler: mh, ReadHeaderTimeout: 10 * time.Second}, cfg.Metrics, nil
 	}

@@ -94,9 +94,11 @@ type Options struct {
 	Replication ReplicationHandler
 	// InsecurePeersOnClientPort makes a RoleClient server hand replication
 	// frames of any connection to Replication, unauthenticated, as brokers
-	// did before the peer port existed. It exists only for in-process
-	// tests that replicate over plain client connections; no flag, file or
-	// wire field may set it, and a broker must never run with it.
+	// did before the peer port existed. It exists only for tests: in-process
+	// tests that replicate over plain client connections, and brokers run
+	// with `felix broker --insecure-no-tls` (test and development set-ups,
+	// never emitted by the operator). No file or wire field may set it, and
+	// a production broker must never run with it.
 	InsecurePeersOnClientPort bool
 	// Authenticate, when set, is called once per connection after its TLS
 	// handshake (with the connection's state; nil on a plaintext

@@ -154,7 +154,7 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.Int64Var(&f.peerQueueBytes, "peer-queue-bytes", server.DefaultPeerQueueBytes, "bytes of replication frames that may wait to be written on one peer connection; more are dropped (and sent again by replication)")
 	fl.IntVar(&f.maxShards, "max-shards", server.DefaultMaxShards, "standalone: shards the broker creates on first append, at most (0: no limit)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
-	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles on the HTTP port under /debug/pprof/")
+	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles under /debug/pprof/ (cluster mode: on --metrics-listen, behind its check; otherwise on --http)")
 	f.minFree = logstore.DefaultMinFreeBytes
 	fl.Var(&f.minFree, "min-free-bytes", "free-space floor of the data directory's file system (bytes, or with Ki, Mi, Gi, Ti): below it appends are refused with StorageFull and /ready fails, until the free space is back above the floor plus max(floor/8, 4Mi); 0: no floor (ENOSPC only)")
 	fl.DurationVar(&f.spaceInterval, "free-space-check-interval", logstore.DefaultSpaceCheckInterval, "how often the data directory's free space is measured (the writer also measures after writing a quarter of --min-free-bytes)")
