@@ -182,7 +182,7 @@ func (t *tlsFlags) dialOptions(cmd *cobra.Command) (client.Options, clientTLS, e
 
 func (f *shardFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.broker, "broker", "127.0.0.1:7070", "broker address HOST:PORT")
+	fl.StringVar(&f.broker, "broker", "127.0.0.1:7070", "broker address HOST:PORT (a standalone broker's default; cluster brokers listen on <podIP>:7100, see kubectl get felixbroker)")
 	fl.StringVar(&f.stream, "stream", "", "stream name (required)")
 	fl.Uint32Var(&f.shard, "shard", 0, "shard number")
 	fl.StringVarP(&f.output, "output", "o", "json", "output format: json (one JSON object per line) or table")

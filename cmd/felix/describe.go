@@ -15,7 +15,8 @@ func newDescribeCmd() *cobra.Command {
 offset a reader may start at), tail (the next offset to be written) and
 committed (every offset below it is acknowledged).`,
 		Example: `  felix describe --broker 127.0.0.1:7070 --stream orders --shard 0
-  felix describe --broker 127.0.0.1:7070 --stream orders --shard 0 -o table`,
+  felix describe --broker 127.0.0.1:7070 --stream orders --shard 0 -o table
+  FELIX_TLS_DIR=./alice felix describe --broker 127.0.0.5:7100 --stream orders --shard 0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd); err != nil {
