@@ -76,10 +76,12 @@ unit: envtest-bins ## Go tests (envtest included) with the race detector off.
 
 NEMESIS_DURATION ?= 20m
 NEMESIS_SEED     ?= 0
+NEMESIS_FSYNC    ?= periodic
+NEMESIS_FAULTS   ?=
 
 .PHONY: nemesis
-nemesis: envtest-bins ## Local-cluster nemesis with the history (linearizability) check; NEMESIS_DURATION=20m, NEMESIS_SEED=0 (from the clock).
-	FELIX_NEMESIS_DURATION=$(NEMESIS_DURATION) FELIX_NEMESIS_SEED=$(NEMESIS_SEED) KUBEBUILDER_ASSETS="$$(hack/build-envtest.sh)" \
+nemesis: envtest-bins ## Local-cluster nemesis with the history (linearizability) check and power cuts; NEMESIS_DURATION=20m, NEMESIS_SEED=0 (from the clock), NEMESIS_FSYNC=periodic (on-commit, periodic or none), NEMESIS_FAULTS= (e.g. power-cut,kill-9; empty: all).
+	FELIX_NEMESIS_DURATION=$(NEMESIS_DURATION) FELIX_NEMESIS_SEED=$(NEMESIS_SEED) FELIX_NEMESIS_FSYNC=$(NEMESIS_FSYNC) FELIX_NEMESIS_FAULTS=$(NEMESIS_FAULTS) KUBEBUILDER_ASSETS="$$(hack/build-envtest.sh)" \
 		$(GO) test ./test/localcluster -run '^(TestLocalCluster|TestLocalClusterContainers)$$/^Nemesis$$' -v -count=1 -timeout 3h
 
 .PHONY: models

@@ -50,8 +50,29 @@ type Options struct {
 	DockerNetwork string
 	// DockerSubnet is the subnet DockerNetwork is created with (optional).
 	DockerSubnet netip.Prefix
+	// PowerLoss, when set, puts the claims of these namespaces (every
+	// namespace when the list is empty) on power-loss file systems
+	// (internal/powerfs over FUSE; process mode only), so that
+	// Runner.PowerCut can cut the power of a broker pod: SIGKILL, the
+	// unsynced writes of its claim dropped, the claim mounted again over
+	// what was durable and a new boot id, before the runner restarts it.
+	PowerLoss *PowerLossOptions
 	// Log receives progress.
 	Log logr.Logger
+}
+
+// PowerLossOptions select the power-loss claims of a local cluster.
+type PowerLossOptions struct {
+	// Namespaces whose claims are on powerfs; empty: every namespace.
+	Namespaces []string
+	// Tear tears the last unsynced write of each file at a power cut.
+	Tear bool
+	// Seed seeds the tearing and the boot ids.
+	Seed uint64
+	// StrictPOSIX: only a directory's fsync makes its entries durable
+	// (default: any fsync does, as on ext4 and xfs; see
+	// podrunner.PowerLossConfig).
+	StrictPOSIX bool
 }
 
 // Cluster is a running local cluster. Stop ends everything it started.
@@ -124,8 +145,18 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	} else if o.DockerNetwork != "" {
 		return fail(errors.New("localcluster: DockerNetwork needs DockerImage"))
 	}
+	var power *podrunner.PowerLossConfig
+	if p := o.PowerLoss; p != nil {
+		if docker != nil {
+			return fail(errors.New("localcluster: PowerLoss needs process mode (a FUSE claim cannot be handed to a container)"))
+		}
+		// The broker reads its boot id from the file the runner replaces
+		// at every power cut.
+		power = &podrunner.PowerLossConfig{Namespaces: p.Namespaces, BootIDFlag: "--boot-id-file", Tear: p.Tear, Seed: p.Seed, StrictPOSIX: p.StrictPOSIX}
+	}
 	runner, err := podrunner.New(podrunner.Config{
 		Docker:     docker,
+		PowerLoss:  power,
 		RestConfig: cfg, Namespaces: o.Namespaces, StateDir: o.StateDir,
 		Images:     map[string]string{"felix": o.Felix},
 		Kubeconfig: c.Kubeconfig, MaxProbePeriod: time.Second,

@@ -98,6 +98,9 @@ type Config struct {
 	// ShutdownGrace caps how long the runner waits for processes after
 	// SIGTERM when its context ends, before SIGKILL (default 5s).
 	ShutdownGrace time.Duration
+	// PowerLoss, when set, puts claims on power-loss file systems, so that
+	// PowerCut can cut the power of a pod's machine (process mode only).
+	PowerLoss *PowerLossConfig
 	// Logger receives the runner's log; default: discard.
 	Logger logr.Logger
 	// Now is the clock for status timestamps and backoff resets; default
@@ -159,6 +162,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Now == nil {
 		out.Now = time.Now
+	}
+	if out.PowerLoss != nil && out.Docker != nil {
+		return out, errors.New("podrunner: Config.PowerLoss needs process mode (no Docker)")
 	}
 	if out.Logger.GetSink() == nil {
 		out.Logger = logr.Discard()

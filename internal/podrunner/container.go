@@ -64,7 +64,7 @@ func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
 // launch resolves a container's command line and environment and starts
 // its process. Resolution happens at every start, as the kubelet resolves
 // them for every new container.
-func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, error) {
+func (w *podWorker) launch(ctx context.Context, cs *containerState, main bool) (*process, error) {
 	c := cs.spec
 	bin, ok := w.r.cfg.binaryFor(c.Image)
 	if !ok {
@@ -127,6 +127,12 @@ func (w *podWorker) launch(ctx context.Context, cs *containerState) (*process, e
 	}
 	for _, n := range user.names {
 		env.set(n, rw.Rewrite(env.values[n]))
+	}
+	if pl := w.r.cfg.PowerLoss; main && pl != nil && pl.BootIDFlag != "" && w.onPower() {
+		if err := w.ensureBootID(); err != nil {
+			return nil, err
+		}
+		argv = append(argv, pl.BootIDFlag, bootIDFile(w.r.cfg.StateDir, w.key.Namespace, w.key.Name))
 	}
 	dir := pd
 	if c.WorkingDir != "" {
@@ -245,8 +251,13 @@ const (
 // its probes meanwhile. It returns the reaped process (nil if it did not
 // start, with the launch error).
 func (w *podWorker) runOnce(ctx context.Context, cs *containerState, probes bool) (*process, outcome, error) {
-	p, err := w.launch(ctx, cs)
+	// A power cut in progress holds the start until its claims are
+	// mounted again; one starting now sees the process and kills it.
+	w.powerMu.Lock()
+	w.syncPowerClaims()
+	p, err := w.launch(ctx, cs, probes)
 	if err != nil {
+		w.powerMu.Unlock()
 		return nil, exitedRun, err
 	}
 	w.mu.Lock()
@@ -255,6 +266,7 @@ func (w *podWorker) runOnce(ctx context.Context, cs *containerState, probes bool
 	cs.started = true
 	cs.ready = probes && cs.spec.ReadinessProbe == nil
 	w.mu.Unlock()
+	w.powerMu.Unlock()
 	w.markDirty()
 
 	runCtx, cancel := context.WithCancel(ctx)

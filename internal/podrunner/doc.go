@@ -38,6 +38,8 @@
 //
 // Kill, Freeze, Thaw and WipeVolume inject faults for end-to-end tests, and
 // in bridge container mode (Config.Docker.Network) Partition and Heal cut
-// a pod off the network and connect it again.
+// a pod off the network and connect it again. With Config.PowerLoss
+// (process mode) claims are power-loss file systems (internal/powerfs) and
+// PowerCut cuts the power of a pod's machine.
 // docs/local-cluster.md describes what is and is not emulated.
 package podrunner

@@ -41,6 +41,11 @@ type podWorker struct {
 	// netMu serializes, in bridge mode, Partition and Heal with container
 	// starts, so a container starts either before a partition (which then
 	// disconnects it) or after (created disconnected).
+	// powerMu is held by PowerCut from the kill until the claims are
+	// mounted again, and by every container start, so no container
+	// starts on a claim in the middle of a power cut.
+	powerMu sync.Mutex
+
 	netMu       sync.Mutex
 	partitioned bool                // under netMu
 	attached    map[string]*process // bridge-mode containers not yet exited, by name; under netMu

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
 	"sync"
@@ -41,6 +42,10 @@ type Runner struct {
 	now    func() time.Time
 
 	volMu sync.Mutex // serializes claim directory provisioning
+	// power holds the mounted power-loss claims by "namespace/claim", and
+	// powerRand draws boot ids and tearing seeds; both under volMu.
+	power     map[string]*powerClaim
+	powerRand *rand.Rand
 
 	// net is the bridge network in bridge container mode, else nil;
 	// netRemoved guards its removal (Run's end or Close).
@@ -117,6 +122,10 @@ func newRunner(c Config) (*Runner, error) {
 	r := &Runner{
 		cfg: c, log: c.Logger, mgr: mgr, client: mgr.GetClient(), reader: mgr.GetAPIReader(),
 		now: c.Now, workers: map[types.NamespacedName]*podWorker{},
+		power: map[string]*powerClaim{},
+	}
+	if c.PowerLoss != nil {
+		r.powerRand = rand.New(rand.NewPCG(c.PowerLoss.Seed, 0x706f776572))
 	}
 	copts := controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("podrunner-pods").For(&corev1.Pod{}).
@@ -147,7 +156,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		r.wg.Wait()
-		// Every container has exited: the network can go.
+		// Every container has exited: the power-loss claims can be
+		// unmounted and the network can go.
+		if err := r.unmountAllPower(); err != nil {
+			r.log.Error(err, "unmount power-loss claims")
+		}
 		if err := r.Close(); err != nil {
 			r.log.Error(err, "remove bridge network")
 		}

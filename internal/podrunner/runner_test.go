@@ -274,6 +274,7 @@ type record struct {
 	Args []string `json:"args"`
 	Env  []string `json:"env"`
 	PID  int      `json:"pid"`
+	Boot string   `json:"boot"`
 }
 
 func readRecord(t *testing.T, path string) record {

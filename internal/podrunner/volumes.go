@@ -46,6 +46,8 @@ func (r *Runner) provisionClaim(ctx context.Context, pvc *corev1.PersistentVolum
 	uidFile := claimUIDFile(r.cfg.StateDir, pvc.Namespace, pvc.Name)
 	owner, err := os.ReadFile(uidFile)
 	ownerKnown := err == nil
+	power := r.powerLossClaim(pvc.Namespace)
+	backing := powerBackingDir(r.cfg.StateDir, pvc.Namespace, pvc.Name)
 	if _, err := os.Stat(dir); err == nil {
 		if !ownerKnown || bytes.Equal(owner, []byte(pvc.UID)) {
 			if !ownerKnown {
@@ -53,12 +55,29 @@ func (r *Runner) provisionClaim(ctx context.Context, pvc *corev1.PersistentVolum
 					return "", err
 				}
 			}
+			if power {
+				if err := r.mountPowerClaim(pvc.Namespace, pvc.Name); err != nil {
+					return "", err
+				}
+			}
 			return dir, nil
 		}
 		r.log.Info("replacing the directory of an earlier claim", "claim", pvc.Namespace+"/"+pvc.Name)
+		if err := r.unmountPowerClaim(pvc.Namespace, pvc.Name); err != nil {
+			return "", err
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return "", err
 		}
+		if err := os.RemoveAll(backing); err != nil {
+			return "", err
+		}
+	}
+	// A power-loss claim's content goes to its backing directory (durable
+	// from the start), mounted on dir below.
+	content := dir
+	if power {
+		content = backing
 	}
 	if snap := snapshotSourceOf(pvc); snap != "" {
 		if r.cfg.Snapshots == nil {
@@ -68,13 +87,18 @@ func (r *Runner) provisionClaim(ctx context.Context, pvc *corev1.PersistentVolum
 		if err != nil {
 			return "", fmt.Errorf("%w: claim %s/%s: %w", errVolume, pvc.Namespace, pvc.Name, err)
 		}
-		n, err := CopyDir(src, dir)
+		n, err := CopyDir(src, content)
 		if err != nil {
 			return "", err
 		}
 		r.log.Info("claim restored from snapshot", "claim", pvc.Namespace+"/"+pvc.Name, "snapshot", snap, "bytes", n)
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	} else if err := os.MkdirAll(content, 0o755); err != nil {
 		return "", err
+	}
+	if power {
+		if err := r.mountPowerClaim(pvc.Namespace, pvc.Name); err != nil {
+			return "", err
+		}
 	}
 	if err := os.WriteFile(uidFile, []byte(pvc.UID), 0o644); err != nil {
 		return "", err
@@ -92,7 +116,13 @@ func (r *Runner) removeClaimDir(namespace, claim string, uid types.UID) error {
 	if err != nil || !bytes.Equal(owner, []byte(uid)) {
 		return nil
 	}
+	if err := r.unmountPowerClaim(namespace, claim); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(ClaimDir(r.cfg.StateDir, namespace, claim)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(powerBackingDir(r.cfg.StateDir, namespace, claim)); err != nil {
 		return err
 	}
 	return os.Remove(uidFile)

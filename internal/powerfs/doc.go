@@ -28,6 +28,10 @@
 //     after a power cut. Unlinked and replaced entries are moved to a
 //     trash directory beside the backing directory until their removal
 //     is durable, so that a power cut can put them back.
+//   - Options.JournaledMetadata relaxes that as ext4 and xfs behave: any
+//     file's fsync or fdatasync makes every directory change so far
+//     durable (the journal commits metadata in order), so a new file
+//     fsynced keeps its name.
 //   - syncfs(2) and sync(2) are not seen: FUSE has no syncfs operation
 //     (the kernel only writes back its dirty pages, which arrive as
 //     writes), so a broker's syncfs makes nothing durable. FS.SyncAll does

@@ -194,6 +194,12 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 		j.close()
 		delete(n.pfs.files, n.EmbeddedInode())
 	}
+	if n.pfs.opts.JournaledMetadata {
+		for _, op := range n.pfs.ops {
+			op.durable()
+		}
+		n.pfs.ops = nil
+	}
 	return 0
 }
 

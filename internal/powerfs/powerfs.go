@@ -32,6 +32,12 @@ type Options struct {
 	// Rand, when set, tears the last unsynced write of each file at a
 	// power cut (see the package doc). Nil: no tearing.
 	Rand *rand.Rand
+	// JournaledMetadata, when set, makes every directory change so far
+	// durable at any file's fsync or fdatasync, as the journal commit of
+	// ext4 or xfs does (a new file fsynced keeps its name there). Unset:
+	// strict POSIX, where only a directory's own fsync makes its entries
+	// durable.
+	JournaledMetadata bool
 	// Logger receives one line per power cut and undo failures.
 	Logger logr.Logger
 }
@@ -132,6 +138,14 @@ func (f *FS) unmount() error {
 	f.server.Wait()
 	f.server = nil
 	return nil
+}
+
+// Mounted reports whether the file system is mounted (a failed Unmount
+// or PowerCut leaves it mounted).
+func (f *FS) Mounted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.server != nil
 }
 
 // SyncAll makes everything durable, as a successful syncfs(2) would.

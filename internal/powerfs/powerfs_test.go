@@ -144,6 +144,32 @@ func TestPowerCutFileSyncWithoutDirSync(t *testing.T) {
 	}
 }
 
+// With JournaledMetadata a file's fsync makes every directory change so
+// far durable (ext4, xfs): the new file keeps its name, an earlier unlink
+// elsewhere stays done; what follows the fsync is still lost.
+func TestPowerCutJournaledMetadata(t *testing.T) {
+	f, mnt, backing := mount(t, powerfs.Options{JournaledMetadata: true})
+	if err := os.Mkdir(filepath.Join(mnt, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, mnt, "gone", []byte("x"), true, true)
+	if err := os.Remove(filepath.Join(mnt, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mnt, "sub"), "kept", []byte("data"), true, false)
+	writeFile(t, mnt, "after", []byte("data"), false, false)
+	cut(t, f)
+	if got, ok := readBacking(t, backing, "sub/kept"); !ok || string(got) != "data" {
+		t.Fatalf("fsynced new file after the cut: %q %v, want its data under its name", got, ok)
+	}
+	if _, ok := readBacking(t, backing, "gone"); ok {
+		t.Fatal("an unlink before a file's fsync was undone")
+	}
+	if _, ok := readBacking(t, backing, "after"); ok {
+		t.Fatal("a file created after the last fsync survived the cut")
+	}
+}
+
 func TestPowerCutUndoesRenameAndUnlink(t *testing.T) {
 	f, mnt, backing := mount(t, powerfs.Options{})
 	writeFile(t, mnt, "a", []byte("A"), true, false)

@@ -48,15 +48,9 @@ func eventually(t *testing.T, what string, timeout time.Duration, cond func() (b
 	t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
 }
 
-// startLocal builds the felix binary and starts a local cluster that stops
-// when the test ends; image selects container mode.
-func startLocal(t *testing.T, ctx context.Context, image string) *localcluster.Cluster {
-	t.Helper()
-	return startLocalWith(t, ctx, localcluster.Options{DockerImage: image})
-}
-
-// startLocalWith is startLocal with more options (StateDir and Felix are
-// filled in).
+// startLocalWith builds the felix binary and starts a local cluster with
+// options o (StateDir and Felix are filled in) that stops when the test
+// ends.
 func startLocalWith(t *testing.T, ctx context.Context, o localcluster.Options) *localcluster.Cluster {
 	t.Helper()
 	start := time.Now()

@@ -303,7 +303,7 @@ func (hw *historyWorkload) finish() {
 // checkHistory checks rec's history, failing the test on a violation
 // (writing porcupine's visualization to an artifact directory) and
 // logging a check that timed out.
-func checkHistory(t *testing.T, rec *history.Recorder, timeout time.Duration) {
+func checkHistory(t *testing.T, rec *history.Recorder, timeout time.Duration) (porcupine.CheckResult, int) {
 	t.Helper()
 	ops, st := rec.Operations()
 	start := time.Now()
@@ -328,4 +328,5 @@ func checkHistory(t *testing.T, rec *history.Recorder, timeout time.Duration) {
 	case porcupine.Unknown:
 		t.Logf("history check timed out after %s: no violation found in that time", timeout)
 	}
+	return res.Verdict, st.Ops
 }

@@ -110,7 +110,7 @@ func TestLocalClusterContainers(t *testing.T) {
 	})
 	ts.run(t, "PartitionedLeaderReplacedAcknowledgesNothingAtOldEpoch", func(t *testing.T) { scenarioPartitionedLeader(tn.on(t)) })
 	ts.run(t, "PartitionedFollowerQuorumCommitsAndCatchesUp", func(t *testing.T) { scenarioPartitionedFollower(tn.on(t)) })
-	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, nemesis, true) })
+	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, nemesis, true, false) })
 }
 
 // containerNemesisDuration is how long the container-mode nemesis (with

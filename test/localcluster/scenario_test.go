@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/internal/localcluster"
 )
 
 // TestLocalCluster runs every process-mode scenario on one local cluster,
@@ -57,7 +58,26 @@ func TestLocalCluster(t *testing.T) {
 	var ts timings
 	defer ts.log(t)
 	start := time.Now()
-	lc := startLocal(t, ctx, "")
+	power := powerLossAvailable(t)
+	opts := localcluster.Options{}
+	if power {
+		// Only the nemesis's claims are on powerfs; the other scenarios
+		// run on plain directories.
+		_, seed := nemesisSettings(t)
+		opts.PowerLoss = &localcluster.PowerLossOptions{Namespaces: []string{nemesisNamespace}, Tear: true, Seed: seed,
+			StrictPOSIX: os.Getenv("FELIX_NEMESIS_STRICT_POSIX") == "1"}
+	}
+	var stateDir string
+	if power {
+		// Registered before the cluster's Stop, so it runs after it.
+		t.Cleanup(func() {
+			if stateDir != "" {
+				mountsLeft(t, stateDir)
+			}
+		})
+	}
+	lc := startLocalWith(t, ctx, opts)
+	stateDir = lc.StateDir
 	ts.add("local cluster start", time.Since(start))
 	// The shared 3-broker cluster boots while 4a runs.
 	shared := newTenant(t, ctx, lc, "shared", 3, felixv1.FsyncPeriodic)
@@ -75,7 +95,7 @@ func TestLocalCluster(t *testing.T) {
 	ts.run(t, "Auth_GrantsEnforcedTrimRefused", func(t *testing.T) { scenarioAuthorization(shared.on(t)) })
 	shared.close()
 	ts.run(t, "ID5_BackupRestoreReadsBack", func(t *testing.T) { scenarioBackupRestore(t, ctx, lc) })
-	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, duration, false) })
+	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, duration, false, power) })
 }
 
 // scenarioWipedFollower is scenario 4a: an idle 5-replica Quorum shard;

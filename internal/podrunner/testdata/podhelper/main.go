@@ -23,6 +23,7 @@ func main() {
 	addr := flag.String("http", "", "address for /ready and /live")
 	exit := flag.Int("exit", -1, "exit at once with this code")
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM (only SIGKILL stops it)")
+	bootFile := flag.String("boot-id-file", "", "file holding the boot id, recorded as \"boot\"")
 	flag.Parse()
 	if *dataDir != "" {
 		// The start line first: tests that see the record file with this
@@ -32,6 +33,11 @@ func main() {
 		_, _ = fmt.Fprintf(f, "%s %d\n", *name, os.Getpid())
 		must(f.Close())
 		rec := map[string]any{"args": os.Args[1:], "env": os.Environ(), "pid": os.Getpid()}
+		if *bootFile != "" {
+			b, err := os.ReadFile(*bootFile)
+			must(err)
+			rec["boot"] = string(b)
+		}
 		b, _ := json.Marshal(rec)
 		must(os.WriteFile(filepath.Join(*dataDir, *name+".json"), b, 0o644))
 	}
