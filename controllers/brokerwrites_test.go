@@ -15,6 +15,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -101,9 +102,10 @@ func TestBrokerWritesPolicy_AgainstTheAPIServer(t *testing.T) {
 	create(t, fastCluster(ns, "va", 2))
 	create(t, fastCluster(ns, "vb", 1))
 	for _, b := range []string{"va-0", "va-1", "vb-0"} {
-		eventually(t, 20*time.Second, "pod "+b, func() (bool, string) {
+		eventually(t, 20*time.Second, "pod and Lease "+b, func() (bool, string) {
 			var p corev1.Pod
-			err := suite.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b}, &p)
+			var l coordinationv1.Lease
+			err := errors.Join(suite.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b}, &p), suite.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b}, &l))
 			return err == nil, errString(err)
 		})
 	}
@@ -172,6 +174,8 @@ func TestBrokerWritesPolicy_AgainstTheAPIServer(t *testing.T) {
 		{"the leader writes status.assignment", va0, mergeStatus(ctx, va0, &felixv1.FelixShard{}, ns, "x-0", map[string]any{"assignment": map[string]any{"leader": "va-0", "epoch": 9}})},
 		{"a broker writes another broker's FelixBroker", va0, mergeStatus(ctx, va0, &felixv1.FelixBroker{}, ns, "va-1", map[string]any{"registrationRequest": map[string]any{"storageID": newStorageID(), "seenIncarnation": 0}})},
 		{"a broker sets its own incarnation", va0, mergeStatus(ctx, va0, &felixv1.FelixBroker{}, ns, "va-0", map[string]any{"incarnation": 7})},
+		{"a broker renews another broker's Lease", va0, renewLease(ctx, va0, ns, "va-1")},
+		{"an unbound token renews a Lease", unbound, renewLease(ctx, unbound, ns, "va-0")},
 		{"an unbound token registers", unbound, mergeStatus(ctx, unbound, &felixv1.FelixBroker{}, ns, "va-0", map[string]any{"registrationRequest": map[string]any{"storageID": newStorageID(), "seenIncarnation": 0}})},
 	}
 	for _, d := range denied {
@@ -180,7 +184,11 @@ func TestBrokerWritesPolicy_AgainstTheAPIServer(t *testing.T) {
 		}
 	}
 
-	// A broker registers itself: allowed (the operator answers).
+	// A broker renews its own Lease and registers itself: allowed (the
+	// operator answers the registration).
+	if err := renewLease(ctx, va0, ns, "va-0"); err != nil {
+		t.Errorf("va-0 renewing its own Lease: %v", err)
+	}
 	own := newClient(t, va0, ns, "va", "va-0")
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer rcancel()
@@ -257,6 +265,22 @@ func applyStatus(ctx context.Context, cfg *rest.Config, ns, kind, name string, s
 	}
 	target := &felixv1.FelixShard{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	return c.Status().Patch(ctx, target, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(controlplane.FieldManager), client.ForceOwnership)
+}
+
+// renewLease updates a heartbeat Lease as controlplane's Renew does.
+func renewLease(ctx context.Context, cfg *rest.Config, ns, name string) error {
+	c, err := brokerClient(cfg)
+	if err != nil {
+		return err
+	}
+	var l coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+		return err
+	}
+	now := metav1.NowMicro()
+	l.Spec.RenewTime = &now
+	l.Spec.HolderIdentity = ptr.To(name)
+	return c.Update(ctx, &l)
 }
 
 // mergeStatus merge-patches status of obj (a FelixShard or FelixBroker).

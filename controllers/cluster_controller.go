@@ -44,6 +44,10 @@ type FelixClusterReconciler struct {
 	Events    events.EventRecorder
 	// Rand is the randomness of keys and serials; crypto/rand when nil.
 	Rand io.Reader
+	// BrokerAuthDelegatorRole, when set, is the ClusterRole bound to each
+	// cluster's broker ServiceAccount by a ClusterRoleBinding
+	// (brokerauth.go).
+	BrokerAuthDelegatorRole string
 }
 
 // scaleDownRetry is how often a blocked scale-down looks again (the
@@ -56,12 +60,14 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	var c felixv1.FelixCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.releaseRestorePoint(ctx, req.Namespace, req.Name, func(string) bool { return false })
+			return ctrl.Result{}, errors.Join(r.deleteBrokerAuthBinding(ctx, req.Namespace, req.Name),
+				r.releaseRestorePoint(ctx, req.Namespace, req.Name, func(string) bool { return false }))
 		}
 		return ctrl.Result{}, err
 	}
 	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false })
+		return ctrl.Result{}, errors.Join(r.deleteBrokerAuthBinding(ctx, c.Namespace, c.Name),
+			r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false }))
 	}
 	obs := clusterObservation{Desired: c.Spec.Brokers, Blocked: map[string][]string{}}
 	refused, err := r.recordRestoreEpochs(ctx, &c)
@@ -190,7 +196,10 @@ func (r *FelixClusterReconciler) ensureShared(ctx context.Context, c *felixv1.Fe
 	}, obs); err != nil {
 		return err
 	}
-	return r.ensureNetworkPolicy(ctx, c, obs)
+	if err := r.ensureNetworkPolicy(ctx, c, obs); err != nil {
+		return err
+	}
+	return r.ensureBrokerAuthBinding(ctx, c)
 }
 
 // upsert creates want (owned by c) or applies mutate to the existing

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/controllers"
 )
 
 // TestCluster_ReconcileWritesNothingWhenNothingChanged: reconciles of an
@@ -28,11 +30,17 @@ func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 		{"idem-brokers", &corev1.Service{}}, {"idem", &corev1.Service{}}, {"idem-config", &corev1.ConfigMap{}},
 		{"idem-brokers", &policyv1.PodDisruptionBudget{}}, {"idem-0", &corev1.Pod{}}, {"data-idem-1", &corev1.PersistentVolumeClaim{}},
 		{"idem-ca", &corev1.Secret{}}, {"idem-0-tls", &corev1.Secret{}},
+		{"idem-brokers", &networkingv1.NetworkPolicy{}},
+		{controllers.BrokerAuthBindingName(ns, "idem"), &rbacv1.ClusterRoleBinding{}},
 	}
 	rvs := func() map[string]string {
 		out := map[string]string{}
 		for _, o := range objs {
-			if err := suite.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.name}, o.obj); err != nil {
+			key := client.ObjectKey{Namespace: ns, Name: o.name}
+			if _, cluster := o.obj.(*rbacv1.ClusterRoleBinding); cluster {
+				key.Namespace = ""
+			}
+			if err := suite.c.Get(ctx, key, o.obj); err != nil {
 				t.Fatalf("%T %s: %v", o.obj, o.name, err)
 			}
 			out[o.name+"/"+o.obj.GetObjectKind().GroupVersionKind().Kind+typeName(o.obj)] = o.obj.GetResourceVersion()
@@ -82,6 +90,10 @@ func typeName(o client.Object) string {
 		return "Pod"
 	case *corev1.Secret:
 		return "Secret"
+	case *networkingv1.NetworkPolicy:
+		return "NetworkPolicy"
+	case *rbacv1.ClusterRoleBinding:
+		return "ClusterRoleBinding"
 	default:
 		return "PVC"
 	}

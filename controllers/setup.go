@@ -45,6 +45,11 @@ type Options struct {
 	// Rand is the randomness of certificate keys and serials; crypto/rand
 	// when nil.
 	Rand io.Reader
+	// BrokerAuthDelegatorRole is the ClusterRole the operator binds each
+	// cluster's broker ServiceAccount to, for the brokers' authenticated
+	// /metrics (TokenReview, SubjectAccessReview); none when empty (a
+	// namespace-scoped operator cannot write ClusterRoleBindings).
+	BrokerAuthDelegatorRole string
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -72,7 +77,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
+		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand, BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},

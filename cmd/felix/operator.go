@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +27,7 @@ type operatorOptions struct {
 	leaderElectNS   string
 	leaderElectID   string
 	watchNamespaces []string
+	brokerAuthRole  string
 	verbosity       int
 	maxClockSkew    time.Duration
 }
@@ -42,6 +44,9 @@ func newOperatorCmd() *cobra.Command {
 			"incarnation), watches their heartbeats, reads shard leaders' reports and decides placement.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(o.watchNamespaces) > 0 && !cmd.Flags().Changed("broker-auth-delegator-role") {
+				o.brokerAuthRole = ""
+			}
 			return runOperator(cmd, o)
 		},
 	}
@@ -54,6 +59,7 @@ func newOperatorCmd() *cobra.Command {
 	f.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	f.StringVar(&o.leaderElectID, "leader-election-id", "felix-operator.felix.dev", "name of the leader-election Lease")
 	f.StringSliceVar(&o.watchNamespaces, "watch-namespaces", nil, "watch only these namespaces (comma-separated or repeated; default: all namespaces). With a Role per namespace instead of the ClusterRole; see docs/security.md")
+	f.StringVar(&o.brokerAuthRole, "broker-auth-delegator-role", controllers.DefaultBrokerAuthDelegatorRole, "ClusterRole bound to each cluster's broker ServiceAccount so brokers can authenticate and authorize scrapers of their /metrics by bearer token (\"\": no binding; the default with --watch-namespaces, whose Roles cannot write ClusterRoleBindings)")
 	f.StringSliceVar(&o.watchNamespaces, "namespace", nil, "watch only this namespace")
 	_ = f.MarkDeprecated("namespace", "use --watch-namespaces")
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -78,23 +84,11 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = watchedNamespaces(o.watchNamespaces)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        controllers.NewScheme(),
-		Cache:                         cacheOpts,
-		Metrics:                       metricsOptions(o),
-		HealthProbeBindAddress:        o.probeAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              o.leaderElectID,
-		LeaderElectionNamespace:       o.leaderElectNS,
-		LeaderElectionReleaseOnCancel: true,
-		Logger:                        logger,
-	})
+	mgr, err := ctrl.NewManager(cfg, managerOptions(o, logger))
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{MaxClockSkew: o.maxClockSkew}); err != nil {
+	if err := controllers.Setup(mgr, controllerOptions(o)); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -106,6 +100,29 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	logger.Info("starting felix operator", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "metricsSecure", o.metricsSecure,
 		"probes", o.probeAddr, "watchNamespaces", o.watchNamespaces)
 	return mgr.Start(cmd.Context())
+}
+
+// managerOptions is the operator's manager: its cache restricted to
+// --watch-namespaces, metrics, probes and leader election.
+func managerOptions(o operatorOptions, logger logr.Logger) ctrl.Options {
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = watchedNamespaces(o.watchNamespaces)
+	return ctrl.Options{
+		Scheme:                        controllers.NewScheme(),
+		Cache:                         cacheOpts,
+		Metrics:                       metricsOptions(o),
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectID,
+		LeaderElectionNamespace:       o.leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        logger,
+	}
+}
+
+// controllerOptions are the reconcilers' options from the flags.
+func controllerOptions(o operatorOptions) controllers.Options {
+	return controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole}
 }
 
 // watchedNamespaces is the manager cache's DefaultNamespaces for

@@ -78,6 +78,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 		"deployment.apps/felix-felix-operator serverside-applied (server dry run)",
 		"clusterrole.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
 		"customresourcedefinition.apiextensions.k8s.io/felixusers.felix.dev serverside-applied",
+		"clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
 	} {
@@ -113,14 +114,16 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 			t.Errorf("nothing rendered in namespace %s", ns)
 		}
 	}
-	if strings.Contains(rendered, "- nodes") {
-		t.Error("a namespace Role names nodes, which only a ClusterRole grants")
+	for _, res := range []string{"- nodes", "- clusterrolebindings"} {
+		if strings.Contains(rendered, res) {
+			t.Errorf("a namespace Role names %s, which only a ClusterRole grants", res)
+		}
 	}
 
 	// The kustomize config installs the same things.
 	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-k", "config/default")
 	for _, want := range []string{"deployment.apps/felix-operator", "clusterrole.rbac.authorization.k8s.io/felix-operator",
-		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes",
+		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes",
 		"customresourcedefinition.apiextensions.k8s.io/felixusers.felix.dev"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kustomize dry run lacks %q:\n%s", want, out)
