@@ -2,13 +2,12 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
@@ -47,23 +46,55 @@ func brokerAuthBinding(c *felixv1.FelixCluster, role string) *rbacv1.ClusterRole
 // the FelixCluster it belongs to.
 const labelClusterNamespace = "felix.dev/cluster-namespace"
 
-// ensureBrokerAuthBinding server-side applies the cluster's auth-delegator
-// binding (no read, so no cluster-wide cache of ClusterRoleBindings).
-// Nothing when the reconciler has no BrokerAuthDelegatorRole.
+// ensureBrokerAuthBinding creates or repairs the cluster's
+// auth-delegator binding, read from the cache (which holds only
+// ClusterRoleBindings labelled with a Felix cluster, CacheOptions), so a
+// steady state costs no request. Nothing when the reconciler has no
+// BrokerAuthDelegatorRole.
 func (r *FelixClusterReconciler) ensureBrokerAuthBinding(ctx context.Context, c *felixv1.FelixCluster) error {
 	if r.BrokerAuthDelegatorRole == "" {
 		return nil
 	}
-	crb := brokerAuthBinding(c, r.BrokerAuthDelegatorRole)
-	body, err := json.Marshal(crb)
-	if err != nil {
+	want := brokerAuthBinding(c, r.BrokerAuthDelegatorRole)
+	create := func() error {
+		if err := r.Client.Create(ctx, want, client.FieldOwner(OperatorFieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ClusterRoleBinding %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	var have rbacv1.ClusterRoleBinding
+	switch err := r.Client.Get(ctx, client.ObjectKey{Name: want.Name}, &have); {
+	case apierrors.IsNotFound(err):
+		return create()
+	case err != nil:
 		return err
 	}
-	target := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: crb.Name}}
-	if err := r.Client.Patch(ctx, target, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(OperatorFieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("ClusterRoleBinding %s: %w", crb.Name, err)
+	if have.RoleRef != want.RoleRef {
+		// The role reference is immutable (another --broker-auth-delegator-role):
+		// replace the binding.
+		if err := r.Client.Delete(ctx, &have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replace ClusterRoleBinding %s: %w", want.Name, err)
+		}
+		return create()
+	}
+	if equality.Semantic.DeepEqual(have.Subjects, want.Subjects) && labelsContain(have.Labels, want.Labels) {
+		return nil
+	}
+	have.Subjects = want.Subjects
+	mergeLabels(&have, want.Labels)
+	if err := r.Client.Update(ctx, &have, client.FieldOwner(OperatorFieldManager)); err != nil {
+		return fmt.Errorf("update ClusterRoleBinding %s: %w", want.Name, err)
 	}
 	return nil
+}
+
+func labelsContain(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteBrokerAuthBinding removes the binding of a cluster that is gone.

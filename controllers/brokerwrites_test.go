@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"k8s.io/client-go/util/retry"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -130,9 +131,13 @@ func TestBrokerWritesPolicy_AgainstTheAPIServer(t *testing.T) {
 			Spec:       felixv1.FelixShardSpec{Stream: strings.TrimSuffix(name, "-0"), Index: 0, Replicas: []string{"va-0", "va-1"}},
 		})
 	}
-	sh := getShard(t, ns, "x-0")
-	sh.Status.Assignment = &felixv1.Assignment{Leader: "va-0", Epoch: 1, LeaderIncarnation: 1}
-	if err := suite.c.Status().Update(ctx, sh); err != nil {
+	// The shard controller writes the shard's status too: retry a
+	// conflicting write on a fresh copy.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sh := getShard(t, ns, "x-0")
+		sh.Status.Assignment = &felixv1.Assignment{Leader: "va-0", Epoch: 1, LeaderIncarnation: 1}
+		return suite.c.Status().Update(ctx, sh)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "policy in force", func() (bool, string) {

@@ -28,7 +28,9 @@ var CertificateGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: 
 const LabelUser = "felix.dev/user"
 
 // certificateSpec is the spec of the cert-manager Certificate for a leaf:
-// the same subject, SANs and usages Issue would give it, a fresh ECDSA
+// the same subject (with the object uid as subject.serialNumber, where
+// pki.UIDOf reads it, when want.UID is set), SANs and usages Issue would
+// give it, a fresh ECDSA
 // P-256 key at every renewal, and the Secret labels the operator selects
 // on (secretTemplate), so it sees cert-manager fill the Secret.
 func certificateSpec(c *felixv1.FelixCluster, secretName string, want leafWant, secretLabels map[string]string) map[string]any {
@@ -57,11 +59,15 @@ func certificateSpec(c *felixv1.FelixCluster, secretName string, want leafWant, 
 	for k, v := range secretLabels {
 		labels[k] = v
 	}
+	subject := map[string]any{"organizations": []any{"felix:" + want.Identity.Namespace + "/" + want.Identity.Cluster}}
+	if want.UID != "" {
+		subject["serialNumber"] = want.UID
+	}
 	spec := map[string]any{
 		"secretName":     secretName,
 		"secretTemplate": map[string]any{"labels": labels},
 		"commonName":     want.Identity.Name,
-		"subject":        map[string]any{"organizations": []any{"felix:" + want.Identity.Namespace + "/" + want.Identity.Cluster}},
+		"subject":        subject,
 		"uris":           []any{want.Identity.URI().String()},
 		"usages":         usages,
 		"duration":       want.Duration.String(),

@@ -203,7 +203,10 @@ func signerFromSecret(s *corev1.Secret) (signer, error) {
 
 // leafWant is the certificate a Secret should hold.
 type leafWant struct {
-	Identity    pki.Identity
+	Identity pki.Identity
+	// UID is the metadata.uid of the object the certificate is bound to
+	// (pki.LeafRequest.UID): a FelixUser's; "" for brokers.
+	UID         string
 	DNSNames    []string
 	Duration    time.Duration
 	RenewBefore time.Duration
@@ -224,8 +227,8 @@ type leafPlan struct {
 }
 
 // planLeaf decides a leaf Secret's content: the certificate is kept while
-// it is the wanted one (identity, DNS names, signed by s's CA, lifetime
-// not longer than wanted) and not due for renewal; otherwise a new one is
+// it is the wanted one (identity, object uid, DNS names, signed by s's
+// CA, lifetime not longer than wanted) and not due for renewal; otherwise a new one is
 // issued. ca.crt always becomes s's bundle.
 func planLeaf(data map[string][]byte, s signer, want leafWant, now time.Time, rnd io.Reader) (leafPlan, error) {
 	var p leafPlan
@@ -238,7 +241,7 @@ func planLeaf(data map[string][]byte, s signer, want leafWant, now time.Time, rn
 		}
 		return p, nil
 	}
-	certPEM, keyPEM, err := s.CA.Issue(pki.LeafRequest{Identity: want.Identity, DNSNames: want.DNSNames, Now: now, Validity: want.Duration}, rnd)
+	certPEM, keyPEM, err := s.CA.Issue(pki.LeafRequest{Identity: want.Identity, UID: want.UID, DNSNames: want.DNSNames, Now: now, Validity: want.Duration}, rnd)
 	if err != nil {
 		return p, err
 	}
@@ -267,6 +270,8 @@ func leafProblem(data map[string][]byte, s signer, want leafWant, now time.Time)
 	switch id, err := pki.IdentityOf(leaf); {
 	case err != nil || id != want.Identity:
 		return "identity changed", leaf
+	case pki.UIDOf(leaf) != want.UID:
+		return "bound to another object uid", leaf
 	case !slices.Equal(leaf.DNSNames, want.DNSNames):
 		return "DNS names changed", leaf
 	case leaf.CheckSignatureFrom(s.CA.Cert) != nil:

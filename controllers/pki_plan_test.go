@@ -117,6 +117,8 @@ func TestPKI_LeafReissueReasons(t *testing.T) {
 	shorter.Duration = 24 * time.Hour
 	early := want
 	early.RenewBefore = 80 * 24 * time.Hour
+	bound := want
+	bound.UID = "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b"
 	for _, tt := range []struct {
 		name string
 		want leafWant
@@ -128,6 +130,7 @@ func TestPKI_LeafReissueReasons(t *testing.T) {
 		{"DNS names", other, t0.Add(time.Hour), "DNS names changed"},
 		{"duration", shorter, t0.Add(time.Hour), "certificate duration shortened"},
 		{"renewBefore", early, t0.Add(11 * 24 * time.Hour), "renewal due"},
+		{"a uid wanted, none carried", bound, t0.Add(time.Hour), "bound to another object uid"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := planLeaf(first.Data, ca.Signer, tt.want, tt.now, nil)
@@ -137,6 +140,44 @@ func TestPKI_LeafReissueReasons(t *testing.T) {
 			if p.Why != tt.why || p.Changed != (tt.why != "") {
 				t.Errorf("why %q changed %v, want %q", p.Why, p.Changed, tt.why)
 			}
+			if tt.why != "" {
+				certs, _ := pki.ParseCertsPEM(p.Data[SecretKeyTLSCert])
+				if got := pki.UIDOf(certs[0]); got != tt.want.UID {
+					t.Errorf("reissued certificate carries uid %q, want %q", got, tt.want.UID)
+				}
+			}
 		})
+	}
+}
+
+// TestPKI_LeafBoundToUID: a certificate bound to one uid is kept while
+// that uid is wanted and reissued for another (a FelixUser deleted and
+// recreated under the same name), or when no uid is wanted any more.
+func TestPKI_LeafBoundToUID(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	ca, err := planCA(nil, "test CA", t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pki.Identity{Namespace: "ns", Cluster: "c", Kind: pki.KindUser, Name: "alice"}
+	want := leafWant{Identity: id, UID: "uid-1", Duration: 24 * time.Hour}
+	first, err := planLeaf(nil, ca.Signer, want, t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := planLeaf(first.Data, ca.Signer, want, t0.Add(time.Hour), nil); err != nil || p.Changed {
+		t.Fatalf("same uid: %+v %v", p, err)
+	}
+	for _, uid := range []string{"uid-2", ""} {
+		w := want
+		w.UID = uid
+		p, err := planLeaf(first.Data, ca.Signer, w, t0.Add(time.Hour), nil)
+		if err != nil || p.Why != "bound to another object uid" || p.Reason != "CertificateRenewed" {
+			t.Fatalf("uid %q: %+v %v", uid, p, err)
+		}
+		certs, _ := pki.ParseCertsPEM(p.Data[SecretKeyTLSCert])
+		if got := pki.UIDOf(certs[0]); got != uid {
+			t.Fatalf("reissued for uid %q carries %q", uid, got)
+		}
 	}
 }

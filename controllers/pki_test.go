@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -387,6 +388,16 @@ func TestTLS_CertManager(t *testing.T) {
 	if _, ok := spec["dnsNames"]; ok {
 		t.Errorf("user Certificate has DNS names: %v", spec)
 	}
+	var carol felixv1.FelixUser
+	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "carol"}, &carol); err != nil {
+		t.Fatal(err)
+	}
+	if sn := str("subject", "serialNumber"); sn == "" || sn != string(carol.UID) {
+		t.Errorf("user Certificate subject.serialNumber %q, want the FelixUser's uid %q", sn, carol.UID)
+	}
+	if _, ok, _ := unstructured.NestedString(certOf("cm-0-tls").Object, "spec", "subject", "serialNumber"); ok {
+		t.Error("a broker Certificate carries a uid")
+	}
 
 	// cert-manager fills the Secret (with the template's labels): the pod starts.
 	sec, ca := userCA(t, ns, "unused")
@@ -412,6 +423,45 @@ func TestTLS_CertManager(t *testing.T) {
 	if s := getSecret(ns, "cm-0-tls"); !bytes.Equal(s.Data["tls.crt"], crt) {
 		t.Error("the operator rewrote the Secret cert-manager filled")
 	}
+
+	// A user certificate not bound to carol's uid (an issuer that drops
+	// subject.serialNumber, or one left from an earlier carol) is not
+	// Ready; once it carries the uid, carol is.
+	carolReason := func() (string, string) {
+		var u felixv1.FelixUser
+		if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "carol"}, &u); err != nil {
+			return "", err.Error()
+		}
+		c := condition(u.Status.Conditions, felixv1.ConditionReady)
+		if c == nil {
+			return "", "no condition"
+		}
+		return c.Reason, c.Message
+	}
+	userLabels, _, _ := unstructured.NestedStringMap(certOf("carol").Object, "spec", "secretTemplate", "labels")
+	uc, uk, err := cmCA.Issue(pki.LeafRequest{Identity: pki.Identity{Namespace: ns, Cluster: "cm", Kind: pki.KindUser, Name: "carol"}, Now: time.Now(), Validity: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carolSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "carol", Labels: userLabels}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": uc, "tls.key": uk, "ca.crt": ca.CertPEM()}}
+	create(t, carolSecret)
+	eventually(t, 20*time.Second, "carol CertificateNotBound", func() (bool, string) {
+		r, m := carolReason()
+		return r == "CertificateNotBound", r + ": " + m
+	})
+	uc, uk, err = cmCA.Issue(pki.LeafRequest{Identity: pki.Identity{Namespace: ns, Cluster: "cm", Kind: pki.KindUser, Name: "carol"}, UID: string(carol.UID), Now: time.Now(), Validity: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carolSecret.Data = map[string][]byte{"tls.crt": uc, "tls.key": uk, "ca.crt": ca.CertPEM()}
+	if err := suite.c.Update(ctx, carolSecret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "carol CertificateIssued", func() (bool, string) {
+		r, m := carolReason()
+		return r == "CertificateIssued", r + ": " + m
+	})
 }
 
 // TestUser_Certificate: a FelixUser of a missing cluster is not Ready
@@ -454,6 +504,9 @@ func TestUser_Certificate(t *testing.T) {
 	leaf := verifyLeaf(t, sec, caSec.Data["ca.crt"], x509.ExtKeyUsageClientAuth, id)
 	if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) || len(leaf.DNSNames) != 0 {
 		t.Errorf("user certificate EKU %v DNS %v, want client auth only and no DNS names", leaf.ExtKeyUsage, leaf.DNSNames)
+	}
+	if uid := pki.UIDOf(leaf); uid == "" || uid != string(got.UID) {
+		t.Errorf("user certificate bound to uid %q, want the FelixUser's %q", uid, got.UID)
 	}
 	if !bytes.Equal(sec.Data["ca.crt"], caSec.Data["ca.crt"]) || sec.Type != corev1.SecretTypeTLS {
 		t.Errorf("user Secret ca.crt/type %s", sec.Type)
@@ -500,6 +553,78 @@ func TestUser_Certificate(t *testing.T) {
 	if err := suite.c.Delete(ctx, u); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+}
+
+// TestUser_RecreatedGetsNewCertificate: a FelixUser deleted and created
+// again under the same name is another object (a new uid). Its Secret,
+// left over from the earlier user (envtest runs no garbage collector; in
+// a cluster the collector may not have run yet either), is taken over:
+// controlled by the new user, with a certificate bound to the new uid,
+// so that the earlier user's certificate, bound to the old uid, is
+// refused by brokers.
+func TestUser_RecreatedGetsNewCertificate(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	create(t, fastCluster(ns, "rc", 1))
+	newUser := func() *felixv1.FelixUser {
+		return &felixv1.FelixUser{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dave"}, Spec: felixv1.FelixUserSpec{Cluster: "rc"}}
+	}
+	// boundTo waits until dave's Secret holds a certificate bound to uid,
+	// controlled by that FelixUser, and dave is Ready.
+	boundTo := func(uid types.UID) *x509.Certificate {
+		t.Helper()
+		var leaf *x509.Certificate
+		eventually(t, 20*time.Second, "dave's certificate bound to "+string(uid), func() (bool, string) {
+			s := getSecret(ns, "dave")
+			if s == nil {
+				return false, "no Secret"
+			}
+			tc, err := pki.ParseLeaf(s.Data["tls.crt"], s.Data["tls.key"])
+			if err != nil {
+				return false, err.Error()
+			}
+			ctl := metav1.GetControllerOf(s)
+			if ctl == nil || ctl.UID != uid || len(s.OwnerReferences) != 1 {
+				return false, fmt.Sprintf("owners %+v", s.OwnerReferences)
+			}
+			var u felixv1.FelixUser
+			if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dave"}, &u); err != nil {
+				return false, err.Error()
+			}
+			c := condition(u.Status.Conditions, felixv1.ConditionReady)
+			if c == nil || c.Reason != "CertificateIssued" {
+				return false, fmt.Sprintf("condition %+v", c)
+			}
+			leaf = tc.Leaf
+			return pki.UIDOf(tc.Leaf) == string(uid), "uid " + pki.UIDOf(tc.Leaf)
+		})
+		return leaf
+	}
+	first := newUser()
+	create(t, first)
+	oldLeaf := boundTo(first.UID)
+
+	if err := suite.c.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "dave gone", func() (bool, string) {
+		var u felixv1.FelixUser
+		err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dave"}, &u)
+		return apierrors.IsNotFound(err), errString(err)
+	})
+	if getSecret(ns, "dave") == nil {
+		t.Fatal("the test needs the earlier user's Secret to be left over")
+	}
+	second := newUser()
+	create(t, second)
+	if second.UID == first.UID {
+		t.Fatal("recreated user has the same uid")
+	}
+	newLeaf := boundTo(second.UID)
+	if newLeaf.SerialNumber.Cmp(oldLeaf.SerialNumber) == 0 {
+		t.Fatal("certificate not reissued")
+	}
+	eventually(t, 10*time.Second, "SecretTakenOver event", func() (bool, string) { return hasEvent(ns, "dave", "SecretTakenOver") })
 }
 
 // TestTLS_ForeignSecretIsNotTouched: a Secret named like the cluster's CA

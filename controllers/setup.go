@@ -8,6 +8,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -77,7 +78,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand, BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole}).SetupWithManager},
+		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand,
+			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
@@ -95,7 +97,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // CacheOptions restricts the manager's cache to what Felix owns where a
 // cluster holds many objects Felix never needs: only Leases, Pods, PVCs
 // and Secrets labelled with a Felix cluster are cached (not every node's
-// Lease, not every Secret).
+// Lease, not every Secret), and of the cluster-scoped ClusterRoleBindings
+// only those of Felix brokers.
 func CacheOptions() cache.Options {
 	hasCluster, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -108,6 +111,7 @@ func CacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: sel},
 		// Only the certificate Secrets the operator makes (or has
 		// cert-manager fill); a CA Secret the user brings is read uncached.
-		&corev1.Secret{}: {Label: sel},
+		&corev1.Secret{}:             {Label: sel},
+		&rbacv1.ClusterRoleBinding{}: {Label: sel},
 	}}
 }

@@ -29,7 +29,13 @@ import (
 // has cert-manager issue it (a Certificate owned by the FelixUser), and
 // renews it before it expires. The certificate's identity is
 // felix://<namespace>/<cluster>/user/<name>, for client authentication
-// only. Brokers read the user's grants from the FelixUser itself.
+// only, and it is bound to the FelixUser's metadata.uid (subject
+// serialNumber, pki.LeafRequest.UID): brokers refuse it once the
+// FelixUser is gone, even when another FelixUser of the same name (a new
+// uid) was created since. A certificate of another uid, or of none, is
+// reissued; a Secret left over from an earlier FelixUser of the same
+// name (waiting for garbage collection) is taken over and reissued.
+// Brokers read the user's grants from the FelixUser itself.
 type FelixUserReconciler struct {
 	Client client.Client
 	// APIReader reads Secrets the operator did not make (a user's CA
@@ -103,7 +109,10 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 		return obs, err
 	}
 	duration, renewBefore := certTimes(&c)
-	want := leafWant{Identity: id, Duration: duration, RenewBefore: renewBefore}
+	want := leafWant{Identity: id, UID: string(u.UID), Duration: duration, RenewBefore: renewBefore}
+	if err := pki.ValidateUID(want.UID); err != nil {
+		return notReady("InvalidUID", "the user's uid cannot be written into a certificate: %v", err)
+	}
 	labels := clusterLabels(c.Name)
 	labels[LabelComponent] = "user"
 	labels[LabelUser] = u.Name
@@ -136,6 +145,12 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 		certs, err := pki.ParseCertsPEM(s.Data[SecretKeyTLSCert])
 		if err != nil {
 			return notReady("CertificateInvalid", "Secret %s: %v", obs.SecretName, err)
+		}
+		if got := pki.UIDOf(certs[0]); got != want.UID {
+			// Brokers refuse it; cert-manager reissues once it sees the
+			// Certificate's subject.serialNumber differ, unless the issuer
+			// drops the attribute (then this stays not Ready).
+			return notReady("CertificateNotBound", "the certificate in Secret %s carries uid %q, not this FelixUser's %q: waiting for cert-manager to reissue it (the issuer must keep spec.subject.serialNumber)", obs.SecretName, got, want.UID)
 		}
 		obs.NotAfter = &metav1.Time{Time: certs[0].NotAfter}
 		obs.Ready = cond(felixv1.ConditionReady, true, "CertificateIssued", "certificate issued by cert-manager, valid until "+certs[0].NotAfter.UTC().Format(time.RFC3339))
@@ -179,14 +194,20 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 	case err != nil:
 		return obs, err
 	}
+	tookOver := false
 	if exists && !metav1.IsControlledBy(&sec, u) {
-		return notReady("SecretConflict", "Secret %s exists and does not belong to this FelixUser", obs.SecretName)
+		if tookOver = takeOverEarlierUsersSecret(&sec, u); !tookOver {
+			return notReady("SecretConflict", "Secret %s exists and does not belong to this FelixUser", obs.SecretName)
+		}
+		// Left over from an earlier FelixUser of this name: its
+		// certificate is bound to the old uid, so planLeaf reissues it.
+		r.event(u, corev1.EventTypeNormal, "SecretTakenOver", "Certificates", "Secret "+obs.SecretName+" of an earlier FelixUser of this name is replaced")
 	}
 	p, err := planLeaf(sec.Data, sg, want, now, random(r.Rand))
 	if err != nil {
 		return obs, fmt.Errorf("certificate of FelixUser %s: %w", u.Name, err)
 	}
-	if p.Changed || !exists {
+	if p.Changed || !exists || tookOver {
 		err := writeOwnedSecret(ctx, r.Client, r.reader(), u, &sec, exists, key, labels, corev1.SecretTypeTLS, p.Data)
 		if errors.Is(err, errNotOurs) {
 			return notReady("SecretConflict", "Secret %s exists and does not belong to this FelixUser", obs.SecretName)
@@ -208,6 +229,32 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 	}
 	obs.Ready = cond(felixv1.ConditionReady, true, "CertificateIssued", "certificate valid until "+p.NotAfter.UTC().Format(time.RFC3339)+"; renewed from "+p.RenewAt.UTC().Format(time.RFC3339))
 	return obs, nil
+}
+
+// takeOverEarlierUsersSecret makes u the controller of s when s is the
+// Secret of an earlier FelixUser of the same name, deleted since and
+// waiting for garbage collection: s is labelled for the user, and its
+// controller is a FelixUser of u's name and another uid (names are
+// unique in a namespace, so that FelixUser no longer exists). The
+// earlier owner reference is dropped, so garbage collection keeps s. It
+// reports whether it did; s is only changed in memory.
+func takeOverEarlierUsersSecret(s *corev1.Secret, u *felixv1.FelixUser) bool {
+	ctl := metav1.GetControllerOf(s)
+	if ctl == nil || s.Labels[LabelUser] != u.Name || ctl.Kind != "FelixUser" || ctl.Name != u.Name || ctl.UID == u.UID ||
+		ctl.APIVersion != felixv1.GroupVersion.String() {
+		return false
+	}
+	refs := make([]metav1.OwnerReference, 0, len(s.OwnerReferences))
+	for _, o := range s.OwnerReferences {
+		if o.UID != ctl.UID {
+			refs = append(refs, o)
+		}
+	}
+	t, f := true, true
+	refs = append(refs, metav1.OwnerReference{APIVersion: felixv1.GroupVersion.String(), Kind: "FelixUser", Name: u.Name, UID: u.UID,
+		Controller: &t, BlockOwnerDeletion: &f})
+	s.OwnerReferences = refs
+	return true
 }
 
 // patchStatus computes the status once and patches it when it changed.

@@ -78,10 +78,14 @@ func (k PrincipalKind) String() string {
 }
 
 // Principal is who a connection authenticated as. Name is empty for
-// Anonymous; for Broker it is the broker's name in its cluster.
+// Anonymous; for Broker it is the broker's name in its cluster. UID is,
+// for a User, the uid of the FelixUser its certificate was issued to
+// ("" when the certificate carries none); Table refuses a user whose UID
+// is not the current FelixUser's.
 type Principal struct {
 	Kind PrincipalKind
 	Name string
+	UID  string
 }
 
 // String renders the principal for logs, e.g. "user/alice".
@@ -164,9 +168,16 @@ func refusal(p Principal, op Operation, stream, why string) error {
 // user and anonymous connection; it is safe for concurrent use.
 type Table struct {
 	mu        sync.RWMutex
-	users     map[string][]Grant
+	users     map[string]userEntry
 	anonymous []Grant
 	anonOK    bool
+}
+
+// userEntry is one user's row: the uid of the FelixUser that holds the
+// name now, and its grants.
+type userEntry struct {
+	uid    string
+	grants []Grant
 }
 
 var (
@@ -180,15 +191,19 @@ var (
 // refused until Set and SetAnonymous say otherwise.
 func NewTable() *Table { return &Table{} }
 
-// Set replaces user's grants (a copy is kept).
-func (t *Table) Set(user string, grants []Grant) {
+// Set records that user is, from now on, the FelixUser of uid (its
+// metadata.uid) with grants (a copy is kept), replacing what was known
+// of the name. Only principals whose UID is uid are granted anything: a
+// certificate of an earlier FelixUser of the same name (another uid) is
+// refused. An empty uid matches no principal.
+func (t *Table) Set(user, uid string, grants []Grant) {
 	cp := cloneGrants(grants)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.users == nil {
-		t.users = map[string][]Grant{}
+		t.users = map[string]userEntry{}
 	}
-	t.users[user] = cp
+	t.users[user] = userEntry{uid: uid, grants: cp}
 }
 
 // Delete forgets user: it is refused everything from then on.
@@ -240,12 +255,17 @@ func (t *Table) Authorize(p Principal, op Operation, stream string) error {
 		return refusal(p, op, stream, "no anonymous grant")
 	case User:
 		t.mu.RLock()
-		grants, known := t.users[p.Name]
+		e, known := t.users[p.Name]
 		t.mu.RUnlock()
-		if !known {
+		switch {
+		case !known:
 			return refusal(p, op, stream, "unknown user")
+		case p.UID == "":
+			return refusal(p, op, stream, "the certificate is not bound to a FelixUser uid")
+		case p.UID != e.uid:
+			return refusal(p, op, stream, "certificate was issued to an earlier FelixUser of this name")
 		}
-		if allowedBy(grants, op, stream) {
+		if allowedBy(e.grants, op, stream) {
 			return nil
 		}
 		return refusal(p, op, stream, "no grant")

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -49,12 +50,12 @@ func TestGrantMatches(t *testing.T) {
 
 func TestTable(t *testing.T) {
 	tb := NewTable()
-	alice := Principal{Kind: User, Name: "alice"}
-	bob := Principal{Kind: User, Name: "bob"}
+	alice := Principal{Kind: User, Name: "alice", UID: "uid-alice"}
+	bob := Principal{Kind: User, Name: "bob", UID: "uid-bob"}
 	anon := Principal{}
 	broker := Principal{Kind: Broker, Name: "b-0"}
 	operator := Principal{Kind: Operator, Name: "felix-operator"}
-	tb.Set("alice", []Grant{{Stream: "orders", Ops: []Operation{OpAppend, OpRead}}, {Stream: "logs-", Prefix: true, Ops: []Operation{OpTrim}}})
+	tb.Set("alice", "uid-alice", []Grant{{Stream: "orders", Ops: []Operation{OpAppend, OpRead}}, {Stream: "logs-", Prefix: true, Ops: []Operation{OpTrim}}})
 
 	check := func(p Principal, op Operation, stream string, want bool) {
 		t.Helper()
@@ -97,7 +98,7 @@ func TestTable(t *testing.T) {
 
 	// Set replaces, Delete forgets; the table keeps copies.
 	grants := []Grant{{Stream: "orders", Ops: []Operation{OpRead}}}
-	tb.Set("alice", grants)
+	tb.Set("alice", "uid-alice", grants)
 	grants[0].Ops[0] = OpTrim
 	check(alice, OpRead, "orders", true)
 	check(alice, OpAppend, "orders", false)
@@ -106,13 +107,50 @@ func TestTable(t *testing.T) {
 	check(alice, OpRead, "orders", false)
 }
 
+// TestTableBindsUsersToUID: a FelixUser deleted and recreated under the
+// same name has a new uid; the earlier user's certificate (its UID) is
+// refused whatever the new user's grants, and so is a certificate that
+// carries no uid. The refusal says why.
+func TestTableBindsUsersToUID(t *testing.T) {
+	tb := NewTable()
+	grants := []Grant{{Stream: "orders", Ops: []Operation{OpRead}}}
+	old := Principal{Kind: User, Name: "alice", UID: "uid-1"}
+	tb.Set("alice", "uid-1", grants)
+	if err := tb.Authorize(old, OpRead, "orders"); err != nil {
+		t.Fatalf("the FelixUser's own certificate: %v", err)
+	}
+	// Deleted and recreated (another uid), by someone else, with more grants.
+	tb.Delete("alice")
+	tb.Set("alice", "uid-2", []Grant{{Stream: "", Prefix: true, Ops: []Operation{OpRead, OpAppend, OpTrim}}})
+	err := tb.Authorize(old, OpRead, "orders")
+	if !errors.Is(err, ErrNotAuthorized) || !strings.Contains(err.Error(), "certificate was issued to an earlier FelixUser of this name") {
+		t.Fatalf("the earlier user's certificate: %v, want the earlier-FelixUser refusal", err)
+	}
+	if err := tb.Authorize(Principal{Kind: User, Name: "alice", UID: "uid-2"}, OpTrim, "orders"); err != nil {
+		t.Fatalf("the new user's certificate: %v", err)
+	}
+	// A certificate bound to no FelixUser is refused.
+	err = tb.Authorize(Principal{Kind: User, Name: "alice"}, OpRead, "orders")
+	if !errors.Is(err, ErrNotAuthorized) || !strings.Contains(err.Error(), "not bound to a FelixUser uid") {
+		t.Fatalf("certificate without a uid: %v", err)
+	}
+	// A table row without a uid matches no certificate, not even one
+	// without a uid.
+	tb.Set("bob", "", grants)
+	for _, p := range []Principal{{Kind: User, Name: "bob"}, {Kind: User, Name: "bob", UID: "x"}} {
+		if err := tb.Authorize(p, OpRead, "orders"); !errors.Is(err, ErrNotAuthorized) {
+			t.Fatalf("%+v against a row without a uid: %v", p, err)
+		}
+	}
+}
+
 func TestZeroTableRefuses(t *testing.T) {
 	var tb Table
 	if err := tb.Authorize(Principal{Kind: User, Name: "u"}, OpRead, "s"); !errors.Is(err, ErrNotAuthorized) {
 		t.Fatalf("zero table: %v", err)
 	}
-	tb.Set("u", []Grant{{Stream: "s", Ops: []Operation{OpRead}}})
-	if err := tb.Authorize(Principal{Kind: User, Name: "u"}, OpRead, "s"); err != nil {
+	tb.Set("u", "uid-u", []Grant{{Stream: "s", Ops: []Operation{OpRead}}})
+	if err := tb.Authorize(Principal{Kind: User, Name: "u", UID: "uid-u"}, OpRead, "s"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -134,7 +172,7 @@ func TestTableConcurrent(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < 1000; i++ {
-			tb.Set("u", []Grant{{Stream: "s", Ops: []Operation{OpRead}}})
+			tb.Set("u", "uid-u", []Grant{{Stream: "s", Ops: []Operation{OpRead}}})
 			tb.Delete("u")
 			tb.SetAnonymous(nil, i%2 == 0)
 		}
@@ -142,7 +180,7 @@ func TestTableConcurrent(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < 1000; i++ {
-			_ = tb.Authorize(Principal{Kind: User, Name: "u"}, OpRead, "s")
+			_ = tb.Authorize(Principal{Kind: User, Name: "u", UID: "uid-u"}, OpRead, "s")
 			_ = tb.Authorize(Principal{}, OpRead, "s")
 			_ = tb.AnonymousAllowed()
 		}

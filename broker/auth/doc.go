@@ -13,6 +13,11 @@
 // Rules of Table:
 //   - a user is allowed exactly what its grants list; an unknown user is
 //     refused everything;
+//   - a user is known by name and uid: Set records the uid of the
+//     FelixUser that holds the name, and a principal whose UID differs
+//     (a certificate issued to an earlier FelixUser of the same name,
+//     deleted and recreated since) or is empty (a certificate bound to no
+//     FelixUser) is refused everything;
 //   - grants never imply each other: Append does not imply Trim, Read does
 //     not imply Describe;
 //   - anonymous connections are refused unless SetAnonymous allowed them,

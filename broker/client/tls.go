@@ -34,6 +34,14 @@ func TLSFromFiles(f TLSFiles, cluster, serverName string) (*tls.Config, error) {
 	return pki.LoadClientFiles(pki.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, cluster, serverName)
 }
 
+// TLSFromFilesForHost is TLSFromFiles for a client that dials host: a
+// broker serving a certificate without a felix identity (a standalone
+// broker's own) is accepted if it is valid for serverName, or for host
+// when serverName is empty (pki.ClientConfigForHost).
+func TLSFromFilesForHost(f TLSFiles, cluster, serverName, host string) (*tls.Config, error) {
+	return pki.LoadClientFilesForHost(pki.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, cluster, serverName, host)
+}
+
 // TLSFromDir is TLSFromFiles with dir/tls.crt, dir/tls.key and
 // dir/ca.crt: a FelixUser Secret's keys.
 func TLSFromDir(dir, cluster, serverName string) (*tls.Config, error) {

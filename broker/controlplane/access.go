@@ -28,7 +28,10 @@ var ErrNotSynced = errors.New("controlplane: access rules not loaded yet")
 //
 // A FelixUser that is deleted, being deleted (deletionTimestamp set) or
 // of another cluster is removed from the table, so its certificate is
-// refused from the next request on. A deleted FelixCluster, or one not
+// refused from the next request on. The table also records each user's
+// metadata.uid: a FelixUser deleted and recreated under the same name
+// is another uid, and the earlier user's certificates (bound to the old
+// uid) stay refused even though the name is known again. A deleted FelixCluster, or one not
 // seen yet, allows no anonymous access.
 //
 // The table is only complete once the first list has arrived
@@ -171,7 +174,7 @@ func (w *AccessWatcher) user(o any) {
 	for _, b := range bad {
 		w.log.Info("FelixUser grant names an unknown operation; ignored", "user", u.Name, "operation", b)
 	}
-	w.table.Set(u.Name, grants)
+	w.table.Set(u.Name, string(u.UID), grants)
 	w.log.V(1).Info("user grants", "user", u.Name, "grants", len(grants))
 }
 

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,7 +72,8 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	}
 	alice := user("alice", "logs", felixv1.OperationAppend)
 	must(env.Client.Create(ctx, alice))
-	must(env.Client.Create(ctx, user("eve", "other", felixv1.OperationAppend)))
+	eve := user("eve", "other", felixv1.OperationAppend)
+	must(env.Client.Create(ctx, eve))
 
 	cp, err := New(Config{REST: env.Config, Namespace: ns, Cluster: "logs", Broker: "logs-0"})
 	must(err)
@@ -83,7 +85,8 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	}
 	a := w.Authorizer()
 	allowed := func(p auth.Principal, op auth.Operation) bool { return a.Authorize(p, op, "orders") == nil }
-	aliceP, eveP := auth.Principal{Kind: auth.User, Name: "alice"}, auth.Principal{Kind: auth.User, Name: "eve"}
+	aliceP := auth.Principal{Kind: auth.User, Name: "alice", UID: string(alice.UID)}
+	eveP := auth.Principal{Kind: auth.User, Name: "eve", UID: string(eve.UID)}
 	if !allowed(aliceP, auth.OpAppend) || allowed(aliceP, auth.OpTrim) {
 		t.Fatal("alice's grants not applied")
 	}
@@ -107,6 +110,20 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	// A deleted user is refused.
 	must(env.Client.Delete(ctx, alice))
 	poll(t, ctx, "alice refused after delete", func() bool { return !allowed(aliceP, auth.OpAppend) })
+
+	// Recreated under the same name, with more grants: a new uid. The new
+	// user's certificates are allowed, the earlier user's stay refused.
+	again := user("alice", "logs", felixv1.OperationAppend, felixv1.OperationTrim)
+	must(env.Client.Create(ctx, again))
+	if again.UID == alice.UID || again.UID == "" {
+		t.Fatalf("recreated user uid %q (was %q)", again.UID, alice.UID)
+	}
+	newP := auth.Principal{Kind: auth.User, Name: "alice", UID: string(again.UID)}
+	poll(t, ctx, "the recreated alice allowed", func() bool { return allowed(newP, auth.OpTrim) })
+	if err := a.Authorize(aliceP, auth.OpAppend, "orders"); !errors.Is(err, auth.ErrNotAuthorized) ||
+		!strings.Contains(err.Error(), "certificate was issued to an earlier FelixUser of this name") {
+		t.Fatalf("the earlier alice's certificate: %v", err)
+	}
 }
 
 func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {

@@ -66,9 +66,10 @@ func TestRunSecureMember(t *testing.T) {
 		Spec: felixv1.FelixClusterSpec{Brokers: 1, Image: "felix:dev"}}))
 	must(env.Client.Create(ctx, &felixv1.FelixBroker{ObjectMeta: metav1.ObjectMeta{Name: broker, Namespace: testNS},
 		Spec: felixv1.FelixBrokerSpec{Cluster: testCluster}}))
-	must(env.Client.Create(ctx, &felixv1.FelixUser{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: testNS},
+	alice := &felixv1.FelixUser{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: testNS},
 		Spec: felixv1.FelixUserSpec{Cluster: testCluster, Authorization: felixv1.UserAuthorization{
-			Grants: []felixv1.StreamGrant{{Stream: "orders", Operations: []felixv1.StreamOperation{felixv1.OperationDescribe}}}}}}))
+			Grants: []felixv1.StreamGrant{{Stream: "orders", Operations: []felixv1.StreamOperation{felixv1.OperationDescribe}}}}}}
+	must(env.Client.Create(ctx, alice))
 	key := types.NamespacedName{Namespace: testNS, Name: broker}
 	go grantRegistrations(ctx, env.Client, key)
 
@@ -151,7 +152,7 @@ func TestRunSecureMember(t *testing.T) {
 		}
 		return 0
 	}
-	if code := describeCode(keyPair(t, ca, identity(pki.KindUser, "alice"))); code == wire.CodeNotAuthorized || code == wire.CodeUnauthenticated {
+	if code := describeCode(keyPairUID(t, ca, identity(pki.KindUser, "alice"), string(alice.UID))); code == wire.CodeNotAuthorized || code == wire.CodeUnauthenticated {
 		t.Fatalf("alice (Describe granted): code %v", code)
 	}
 	if code := describeCode(keyPair(t, ca, identity(pki.KindUser, "mallory"))); code != wire.CodeNotAuthorized {

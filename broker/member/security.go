@@ -16,14 +16,16 @@ import (
 // practice: the client port's listener is TLS-only).
 var ErrNoClientTLS = errors.New("member: the client port requires TLS")
 
-// principalOf maps a verified certificate identity to the principal the
-// authorizer decides about: user/<name> is FelixUser <name>, a broker is
-// a Broker principal (Describe only on the client port), the operator an
+// principalOf maps a verified certificate identity, and the object uid
+// the certificate carries, to the principal the authorizer decides
+// about: user/<name> is FelixUser <name> with UID uid (the authorizer
+// refuses it unless uid is the current FelixUser's), a broker is a
+// Broker principal (Describe only on the client port), the operator an
 // Operator principal.
-func principalOf(id pki.Identity) (auth.Principal, error) {
+func principalOf(id pki.Identity, uid string) (auth.Principal, error) {
 	switch id.Kind {
 	case pki.KindUser:
-		return auth.Principal{Kind: auth.User, Name: id.Name}, nil
+		return auth.Principal{Kind: auth.User, Name: id.Name, UID: uid}, nil
 	case pki.KindBroker:
 		return auth.Principal{Kind: auth.Broker, Name: id.Name}, nil
 	case pki.KindOperator:
@@ -34,8 +36,8 @@ func principalOf(id pki.Identity) (auth.Principal, error) {
 
 // AuthenticateClient is server.Options.Authenticate for the client port
 // of a member serving src: the client certificate is verified against
-// src's current trust bundle (pki.VerifyClient) and its identity mapped
-// to a principal. No certificate is auth.Anonymous (the authorizer then
+// src's current trust bundle (pki.VerifyClientUID) and its identity and
+// uid mapped to a principal. No certificate is auth.Anonymous (the authorizer then
 // refuses the connection unless the FelixCluster allows anonymous
 // access); a certificate that does not verify (another CA, expired, no
 // or two identities, another cluster) is an error, answered
@@ -45,14 +47,14 @@ func AuthenticateClient(src *pki.Source) func(cs *tls.ConnectionState) (auth.Pri
 		if cs == nil {
 			return auth.Principal{}, ErrNoClientTLS
 		}
-		id, err := pki.VerifyClient(src, *cs)
+		id, uid, err := pki.VerifyClientUID(src, *cs)
 		if errors.Is(err, pki.ErrNoCertificate) {
 			return auth.Principal{Kind: auth.Anonymous}, nil
 		}
 		if err != nil {
 			return auth.Principal{}, fmt.Errorf("client certificate refused: %w", err)
 		}
-		return principalOf(id)
+		return principalOf(id, uid)
 	}
 }
 

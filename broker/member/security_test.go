@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,7 +65,13 @@ func writeCert(t *testing.T, ca *pki.CA, id pki.Identity, dir string) {
 // keyPair issues id's certificate as a tls.Certificate.
 func keyPair(t *testing.T, ca *pki.CA, id pki.Identity) *tls.Certificate {
 	t.Helper()
-	certPEM, keyPEM, err := ca.Issue(pki.LeafRequest{Identity: id, Now: time.Now(), Validity: time.Hour}, nil)
+	return keyPairUID(t, ca, id, "")
+}
+
+// keyPairUID issues id's certificate bound to object uid ("" for none).
+func keyPairUID(t *testing.T, ca *pki.CA, id pki.Identity, uid string) *tls.Certificate {
+	t.Helper()
+	certPEM, keyPEM, err := ca.Issue(pki.LeafRequest{Identity: id, UID: uid, Now: time.Now(), Validity: time.Hour}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,14 +230,14 @@ func TestSecureMembersReplicateOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := auth.NewTable()
-	table.Set("alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend, auth.OpRead}}})
-	table.Set("bob", nil)
+	table.Set("alice", "uid-alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend, auth.OpRead}}})
+	table.Set("bob", "uid-bob", nil)
 	reg := &peers{addrs: map[replication.NodeID]string{}}
 	a := startMember(t, ca, "logs-0", 1, reg, table)
 	b := startMember(t, ca, "logs-1", 2, reg, table)
 	leadOrders(t, a, b)
 
-	alice, err := dialClient(t, ca, a.clientAddr, keyPair(t, ca, identity(pki.KindUser, "alice")))
+	alice, err := dialClient(t, ca, a.clientAddr, keyPairUID(t, ca, identity(pki.KindUser, "alice"), "uid-alice"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +251,7 @@ func TestSecureMembersReplicateOverMutualTLS(t *testing.T) {
 		t.Fatalf("follower status %+v, %v", st, err)
 	}
 
-	bob, err := dialClient(t, ca, a.clientAddr, keyPair(t, ca, identity(pki.KindUser, "bob")))
+	bob, err := dialClient(t, ca, a.clientAddr, keyPairUID(t, ca, identity(pki.KindUser, "bob"), "uid-bob"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +262,70 @@ func TestSecureMembersReplicateOverMutualTLS(t *testing.T) {
 	// Anonymous clients are refused at the Hello (the table allows none).
 	if _, err := dialClient(t, ca, a.clientAddr, nil); err == nil {
 		t.Fatal("anonymous client accepted")
+	}
+}
+
+// A FelixUser deleted and recreated under the same name (a new uid,
+// maybe someone else's, with other grants) is not matched by the earlier
+// user's certificate, which is still valid: the member puts the
+// certificate's uid into the principal and the table refuses it with
+// NotAuthorized. The new user's certificate works; a user certificate
+// that carries no uid is refused.
+func TestRecreatedUserOldCertificateRefused(t *testing.T) {
+	ca, err := pki.NewCA("test-ca", time.Now(), 24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := auth.NewTable()
+	table.Set("alice", "uid-1", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend}}})
+	reg := &peers{addrs: map[replication.NodeID]string{}}
+	m := startMember(t, ca, "logs-0", 1, reg, table)
+	leadOrders(t, m)
+	oldCert := keyPairUID(t, ca, identity(pki.KindUser, "alice"), "uid-1")
+	old, err := dialClient(t, ca, m.clientAddr, oldCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendOne(old, "first alice"); err != nil {
+		t.Fatalf("the first alice's append: %v", err)
+	}
+
+	// What the access watcher does when the FelixUser is deleted and
+	// another one of the same name is created.
+	table.Delete("alice")
+	table.Set("alice", "uid-2", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend, auth.OpRead}}})
+
+	notAuthorized := func(what string, err error) {
+		t.Helper()
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeNotAuthorized {
+			t.Fatalf("%s: %v, want NotAuthorized", what, err)
+		}
+	}
+	// The connection made before and a new one with the old certificate.
+	err = appendOne(old, "stale")
+	notAuthorized("old certificate, old connection", err)
+	if !strings.Contains(err.Error(), "certificate was issued to an earlier FelixUser of this name") {
+		t.Fatalf("refusal %q does not say why", err)
+	}
+	again, err := dialClient(t, ca, m.clientAddr, oldCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAuthorized("old certificate, new connection", appendOne(again, "stale"))
+
+	unbound, err := dialClient(t, ca, m.clientAddr, keyPair(t, ca, identity(pki.KindUser, "alice")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAuthorized("certificate without a uid", appendOne(unbound, "unbound"))
+
+	fresh, err := dialClient(t, ca, m.clientAddr, keyPairUID(t, ca, identity(pki.KindUser, "alice"), "uid-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendOne(fresh, "second alice"); err != nil {
+		t.Fatalf("the new alice's append: %v", err)
 	}
 }
 
@@ -316,11 +387,11 @@ func TestRotatedCertificateServedWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := auth.NewTable()
-	table.Set("alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend}}})
+	table.Set("alice", "uid-alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend}}})
 	reg := &peers{addrs: map[replication.NodeID]string{}}
 	m := startMember(t, ca, "logs-0", 1, reg, table)
 	leadOrders(t, m)
-	aliceCert := keyPair(t, ca, identity(pki.KindUser, "alice"))
+	aliceCert := keyPairUID(t, ca, identity(pki.KindUser, "alice"), "uid-alice")
 	before, err := dialClient(t, ca, m.clientAddr, aliceCert)
 	if err != nil {
 		t.Fatal(err)

@@ -124,8 +124,8 @@ func TestAnonymousRefusedUnlessAllowed(t *testing.T) {
 // refused Trim with NotAuthorized, and the log is unchanged.
 func TestTrimNeedsItsOwnGrant(t *testing.T) {
 	tb := auth.NewTable()
-	tb.Set("alice", []auth.Grant{{Stream: shardA.Stream, Ops: []auth.Operation{auth.OpAppend, auth.OpRead, auth.OpDescribe}}})
-	b := startBroker(t, Options{Authorizer: tb, Authenticate: as(auth.Principal{Kind: auth.User, Name: "alice"})})
+	tb.Set("alice", "uid-alice", []auth.Grant{{Stream: shardA.Stream, Ops: []auth.Operation{auth.OpAppend, auth.OpRead, auth.OpDescribe}}})
+	b := startBroker(t, Options{Authorizer: tb, Authenticate: as(auth.Principal{Kind: auth.User, Name: "alice", UID: "uid-alice"})})
 	c := dial(t, b.addr, client.Options{})
 	ctx := ctxT(t)
 	if _, err := c.Append(ctx, shardA, recs("a", "b", "c"), nil); err != nil {
@@ -158,7 +158,7 @@ func TestTrimNeedsItsOwnGrant(t *testing.T) {
 		t.Fatalf("requests{trim,NotAuthorized} = %v, want 1", n)
 	}
 	// Trim granted: now it goes through.
-	tb.Set("alice", []auth.Grant{{Stream: shardA.Stream, Ops: []auth.Operation{auth.OpTrim, auth.OpDescribe}}})
+	tb.Set("alice", "uid-alice", []auth.Grant{{Stream: shardA.Stream, Ops: []auth.Operation{auth.OpTrim, auth.OpDescribe}}})
 	if _, err := c.Trim(ctx, wire.TrimRequest{Shard: shardA, Floor: 2, ExpectTail: before.Tail}); err != nil {
 		t.Fatalf("trim with the grant: %v", err)
 	}
@@ -170,8 +170,8 @@ func TestTrimNeedsItsOwnGrant(t *testing.T) {
 // BadRequest with the reason.
 func TestAppendByPrefixGrant(t *testing.T) {
 	tb := auth.NewTable()
-	tb.Set("bob", []auth.Grant{{Stream: "team-a.", Prefix: true, Ops: []auth.Operation{auth.OpAppend}}})
-	b := startBroker(t, Options{Authorizer: tb, Authenticate: as(auth.Principal{Kind: auth.User, Name: "bob"})})
+	tb.Set("bob", "uid-bob", []auth.Grant{{Stream: "team-a.", Prefix: true, Ops: []auth.Operation{auth.OpAppend}}})
+	b := startBroker(t, Options{Authorizer: tb, Authenticate: as(auth.Principal{Kind: auth.User, Name: "bob", UID: "uid-bob"})})
 	c := dial(t, b.addr, client.Options{})
 	ctx := ctxT(t)
 	in := record.ShardID{Stream: "team-a.events"}

@@ -89,7 +89,7 @@ and the records read per second are reported.`,
 			if f.output != "json" && f.output != "table" {
 				return usageErr(cmd, fmt.Errorf("unknown output format %q", f.output))
 			}
-			opts, _, err := f.tls.dialOptions(cmd)
+			opts, _, err := f.tls.dialOptions(cmd, f.broker)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,11 +143,11 @@ type clientTLS struct {
 
 // load reads the files of s (again on every call, so a long-running
 // command follows rotated files).
-func (s tlsSettings) load() (clientTLS, error) {
+func (s tlsSettings) load(host string) (clientTLS, error) {
 	if !s.Enabled {
 		return clientTLS{}, nil
 	}
-	conf, err := client.TLSFromFiles(s.Files, s.Cluster, s.ServerName)
+	conf, err := client.TLSFromFilesForHost(s.Files, s.Cluster, s.ServerName, host)
 	if err != nil {
 		return clientTLS{}, err
 	}
@@ -168,12 +169,12 @@ func (c clientTLS) options() client.Options {
 
 // dialOptions resolves the TLS flags against the environment, reads the
 // files and returns the client options; errors are usage errors.
-func (t *tlsFlags) dialOptions(cmd *cobra.Command) (client.Options, clientTLS, error) {
+func (t *tlsFlags) dialOptions(cmd *cobra.Command, addr string) (client.Options, clientTLS, error) {
 	s, err := t.resolve(os.Getenv)
 	if err != nil {
 		return client.Options{}, clientTLS{}, usageErr(cmd, err)
 	}
-	ct, err := s.load()
+	ct, err := s.load(hostOf(addr))
 	if err != nil {
 		return client.Options{}, clientTLS{}, usageErr(cmd, err)
 	}
@@ -208,7 +209,7 @@ func (f *shardFlags) check(cmd *cobra.Command) error {
 // dial connects to the broker, offering the trim tag so CursorTooOld
 // carries the trim's headers [TR-4].
 func (f *shardFlags) dial(cmd *cobra.Command) (*client.Client, error) {
-	opts, ct, err := f.tls.dialOptions(cmd)
+	opts, ct, err := f.tls.dialOptions(cmd, f.broker)
 	if err != nil {
 		return nil, err
 	}
@@ -451,4 +452,15 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usageErr(cmd, fmt.Errorf("unexpected argument %q (everything is a flag)", args[0]))
 	}
 	return nil
+}
+
+// hostOf is the host of a HOST:PORT address (addr itself when it has no
+// port), the name a certificate without a felix identity must be valid
+// for.
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
 }

@@ -136,7 +136,7 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 	if err != nil {
 		return usageErr(cmd, err)
 	}
-	ct, err := tlsSet.load()
+	ct, err := tlsSet.load(hostOf(f.broker))
 	if err != nil {
 		return usageErr(cmd, err)
 	}
@@ -150,7 +150,7 @@ func runFelixd(cmd *cobra.Command, f felixdFlags) error {
 	var ctMu sync.Mutex
 	dial := func(ctx context.Context) (*client.Client, error) {
 		ctMu.Lock()
-		if fresh, err := tlsSet.load(); err != nil {
+		if fresh, err := tlsSet.load(hostOf(f.broker)); err != nil {
 			log.Error(err, "reload client certificate files; keeping the last good ones")
 		} else {
 			ct = fresh

@@ -106,10 +106,15 @@ func newCA(t *testing.T, cn string) *pki.CA {
 	return ca
 }
 
-// issueDir writes a FelixUser-Secret-like directory for id signed by ca.
+// issueDir writes a FelixUser-Secret-like directory for id signed by ca;
+// a user's certificate is bound to uid "uid-<name>".
 func issueDir(t *testing.T, ca *pki.CA, id pki.Identity) string {
 	t.Helper()
-	cert, key, err := ca.Issue(pki.LeafRequest{Identity: id, Now: testNow, Validity: time.Hour}, nil)
+	var uid string
+	if id.Kind == pki.KindUser {
+		uid = "uid-" + id.Name
+	}
+	cert, key, err := ca.Issue(pki.LeafRequest{Identity: id, UID: uid, Now: testNow, Validity: time.Hour}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,14 +140,14 @@ func startTLSBroker(t *testing.T) *tlsCluster {
 			if cs == nil || len(cs.PeerCertificates) == 0 {
 				return auth.Principal{Kind: auth.Anonymous}, nil
 			}
-			id, err := pki.VerifyClient(src, *cs)
+			id, uid, err := pki.VerifyClientUID(src, *cs)
 			if err != nil {
 				return auth.Principal{}, err
 			}
 			if id.Kind != pki.KindUser {
 				return auth.Principal{}, errors.New("not a user")
 			}
-			return auth.Principal{Kind: auth.User, Name: id.Name}, nil
+			return auth.Principal{Kind: auth.User, Name: id.Name, UID: uid}, nil
 		},
 		Authorizer: table,
 	})
@@ -185,7 +190,7 @@ func errorLine(t *testing.T, out string) map[string]any {
 func TestClientCommandsOverTLS(t *testing.T) {
 	clearTLSEnv(t)
 	b := startTLSBroker(t)
-	b.table.Set("alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend, auth.OpRead, auth.OpDescribe}}})
+	b.table.Set("alice", "uid-alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend, auth.OpRead, auth.OpDescribe}}})
 	alice := issueDir(t, b.ca, pki.Identity{Namespace: "ns", Cluster: "c", Kind: pki.KindUser, Name: "alice"})
 
 	out, err := runFelix(t, "append", "--broker", b.addr, "--stream", "orders", "--payload", "hello", "--tls-dir", alice, "--cluster", "ns/c")

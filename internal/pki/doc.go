@@ -25,6 +25,22 @@
 // "felix:<namespace>/<cluster>") is for people reading certificates;
 // nothing checks it.
 //
+// # Object uid
+//
+// A certificate may also be bound to one Kubernetes object: the
+// object's metadata.uid (LeafRequest.UID) is written as the subject's
+// serialNumber attribute (OID 2.5.4.5; not the certificate's serial
+// number), and UIDOf reads it back (VerifyClientUID returns it with the
+// identity). The identity says which name a certificate speaks for; the
+// uid says which object of that name it was issued to, so that an
+// object deleted and recreated under the same name gets a new uid and is
+// not matched by the earlier object's certificates. The operator binds
+// every FelixUser certificate to its FelixUser; a uid is 1 to
+// MaxUIDLength ASCII letters, digits and '-' (ValidateUID), and a
+// serialNumber of any other form is no uid. It is a subject attribute,
+// not a URI SAN, so a certificate still carries exactly one felix:// URI
+// and cert-manager can write it too (spec.subject.serialNumber).
+//
 // Brokers' certificates are valid for server and client authentication
 // (they serve clients and dial their peers); users' and the operator's
 // for client authentication only, so a user certificate cannot be used

@@ -15,6 +15,10 @@ var (
 	// ErrAmbiguousIdentity: a certificate carries more than one felix://
 	// URI SAN, so it does not say who it speaks for.
 	ErrAmbiguousIdentity = errors.New("pki: certificate has more than one felix identity")
+	// ErrInvalidUID: an object uid to be written into a certificate is
+	// empty, too long or holds characters other than ASCII letters,
+	// digits and '-' (ValidateUID).
+	ErrInvalidUID = errors.New("pki: invalid object uid")
 )
 
 // Decoding errors.
@@ -40,7 +44,8 @@ var (
 // Issuing errors.
 var (
 	// ErrBadRequest: a NewCA or LeafRequest argument is unusable: zero
-	// Now, validity not positive, invalid identity.
+	// Now, validity not positive, invalid identity, invalid UID (then
+	// ErrInvalidUID is wrapped too).
 	ErrBadRequest = errors.New("pki: bad certificate request")
 	// ErrCAExpired: the CA's NotAfter is not after the requested Now, so
 	// no leaf it signs could be valid.

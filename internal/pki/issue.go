@@ -26,6 +26,13 @@ type LeafRequest struct {
 	// Validity is how long after Now the certificate is valid (required,
 	// positive); NotAfter is clipped to the CA's NotAfter.
 	Validity time.Duration
+	// UID is the metadata.uid of the Kubernetes object the certificate is
+	// issued for (a FelixUser), "" for none. When set it must satisfy
+	// ValidateUID and becomes the subject's serialNumber attribute (OID
+	// 2.5.4.5), which UIDOf reads: it binds the certificate to that one
+	// object, so that an object deleted and recreated under the same name
+	// (a new uid) is not matched by the old object's certificates.
+	UID string
 }
 
 // ExtKeyUsages returns the extended key usages a certificate of kind k
@@ -44,14 +51,15 @@ func ExtKeyUsages(k Kind) []x509.ExtKeyUsage {
 // certificate has CN = Identity.Name, O = "felix:<namespace>/<cluster>",
 // the identity as its only felix:// URI SAN, a random 128-bit serial,
 // key usage digitalSignature and the extended key usages of
-// ExtKeyUsages. It is valid from Now-ClockSkew to Now+Validity, clipped
+// ExtKeyUsages, and Subject serialNumber = UID when UID is set. It is
+// valid from Now-ClockSkew to Now+Validity, clipped
 // to the CA's NotAfter. When the CA is not self-signed (an intermediate
 // brought by the user), its certificate follows the leaf in certPEM so
 // that peers trusting only the root can build the chain. rand nil means
 // crypto/rand.
 //
-// Errors: ErrBadRequest (invalid identity, zero Now, non-positive
-// Validity), ErrCAExpired (the CA's NotAfter is not after Now).
+// Errors: ErrBadRequest (invalid identity, invalid UID, zero Now,
+// non-positive Validity), ErrCAExpired (the CA's NotAfter is not after Now).
 func (ca *CA) Issue(req LeafRequest, rand io.Reader) (certPEM, keyPEM []byte, err error) {
 	return ca.issue(req, ExtKeyUsages(req.Identity.Kind), rand)
 }
@@ -61,6 +69,11 @@ func (ca *CA) Issue(req LeafRequest, rand io.Reader) (certPEM, keyPEM []byte, er
 func (ca *CA) issue(req LeafRequest, ekus []x509.ExtKeyUsage, rand io.Reader) (certPEM, keyPEM []byte, err error) {
 	if err := req.Identity.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if req.UID != "" {
+		if err := ValidateUID(req.UID); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
 	}
 	if req.Now.IsZero() || req.Validity <= 0 {
 		return nil, nil, fmt.Errorf("%w: a leaf needs a time and a positive validity", ErrBadRequest)
@@ -87,6 +100,7 @@ func (ca *CA) issue(req LeafRequest, ekus []x509.ExtKeyUsage, rand io.Reader) (c
 		Subject: pkix.Name{
 			CommonName:   id.Name,
 			Organization: []string{"felix:" + id.Namespace + "/" + id.Cluster},
+			SerialNumber: req.UID,
 		},
 		NotBefore:             req.Now.Add(-ClockSkew),
 		NotAfter:              notAfter,

@@ -3,6 +3,7 @@ package pki
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -91,6 +92,17 @@ func VerifyClient(s *Source, cs tls.ConnectionState) (Identity, error) {
 	return verifyMember(s, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
 }
 
+// VerifyClientUID is VerifyClient that also returns the uid the verified
+// leaf carries (UIDOf: "" when it carries none). The caller decides what
+// a uid, or its absence, means for the identity's kind.
+func VerifyClientUID(s *Source, cs tls.ConnectionState) (Identity, string, error) {
+	id, err := verifyMember(s, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return Identity{}, "", err
+	}
+	return id, UIDOf(cs.PeerCertificates[0]), nil
+}
+
 // PeerServerConfig returns the server configuration of a broker's peer
 // (replication) port. It presents s's current certificate and requires a
 // client certificate that verifies against s's current trust bundle for
@@ -159,6 +171,17 @@ func PeerDialConfig(s *Source, name string) *tls.Config {
 // ErrInvalidIdentity (a malformed cluster), ErrUntrusted, ErrNoIdentity,
 // ErrNotBroker, ErrWrongCluster.
 func ClientConfig(cert *tls.Certificate, roots *x509.CertPool, cluster string, serverName string) *tls.Config {
+	return ClientConfigForHost(cert, roots, cluster, serverName, "")
+}
+
+// ClientConfigForHost is ClientConfig for a client that dialed host (a
+// DNS name or an IP address, no port). It also accepts a server whose
+// certificate carries no felix identity (a standalone broker serving a
+// certificate of its own), as any TLS client would: only when no cluster
+// is required, and only if the chain verifies for serverName, or for host
+// when serverName is empty. A certificate with a felix identity is held
+// to ClientConfig's rules; host is never checked against it.
+func ClientConfigForHost(cert *tls.Certificate, roots *x509.CertPool, cluster, serverName, host string) *tls.Config {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ServerName: serverName,
@@ -186,6 +209,23 @@ func ClientConfig(cert *tls.Certificate, roots *x509.CertPool, cluster string, s
 			now = cfg.Time()
 		}
 		id, err := verifyChain(cs.PeerCertificates, roots, now, x509.ExtKeyUsageServerAuth, serverName)
+		if errors.Is(err, ErrNoIdentity) && cluster == "" {
+			name := serverName
+			if name == "" {
+				name = host
+			}
+			if name == "" {
+				return err
+			}
+			_, err = verifyChain(cs.PeerCertificates, roots, now, x509.ExtKeyUsageServerAuth, name)
+			if errors.Is(err, ErrNoIdentity) {
+				return nil // verified for name, like any TLS client
+			}
+			if err == nil {
+				return fmt.Errorf("%w: the certificate carries a felix identity", ErrUntrusted) // cannot happen: same chain
+			}
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -207,6 +247,12 @@ func ClientConfig(cert *tls.Certificate, roots *x509.CertPool, cluster string, s
 // ParseLeaf. The files are read once: a long-running client that must
 // follow rotation uses a Source.
 func LoadClientFiles(f Files, cluster, serverName string) (*tls.Config, error) {
+	return LoadClientFilesForHost(f, cluster, serverName, "")
+}
+
+// LoadClientFilesForHost is LoadClientFiles returning a
+// ClientConfigForHost for host.
+func LoadClientFilesForHost(f Files, cluster, serverName, host string) (*tls.Config, error) {
 	if f.CA == "" {
 		return nil, fmt.Errorf("%w: a client needs a trust bundle (%s)", ErrIncompleteFiles, CAFile)
 	}
@@ -246,5 +292,5 @@ func LoadClientFiles(f Files, cluster, serverName string) (*tls.Config, error) {
 		}
 		cert = &tc
 	}
-	return ClientConfig(cert, pool, cluster, serverName), nil
+	return ClientConfigForHost(cert, pool, cluster, serverName, host), nil
 }
