@@ -169,10 +169,11 @@ counter-output); demo-admin may also Trim them. Their Secrets are written to:
   bin/felix read     --broker $ADDR --stream events --shard 0 --from earliest
   bin/felix describe --broker $ADDR --stream events --shard 0 -o table
 
-  # demo has no Trim grant: refused with NotAuthorized; demo-admin may
-  # (--expect-tail is the tail describe shows: 1 after one append).
-  bin/felix trim --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail 1
-  bin/felix trim --tls-dir %s --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail 1
+  # A trim is conditional on the tail; demo has no Trim grant, so the
+  # broker refuses it (NotAuthorized); demo-admin may.
+  TAIL=$(bin/felix describe --broker $ADDR --stream events --shard 0 | sed 's/.*"tail":\([0-9]*\).*/\1/')
+  bin/felix trim --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail $TAIL
+  bin/felix trim --tls-dir %s --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail $TAIL
 
   kubectl delete pod $LEADER             # watch a follower take over: kubectl get felixshards -w
 
