@@ -3,12 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 )
@@ -16,95 +17,82 @@ import (
 // DefaultBrokerAuthDelegatorRole is the ClusterRole (shipped in config/rbac
 // and the chart) that lets brokers create TokenReviews and
 // SubjectAccessReviews, to authenticate and authorize scrapers of their
-// /metrics by bearer token.
+// /metrics by bearer token. The ClusterRoleBinding of the same name is
+// shipped with it, without subjects: the operator adds each cluster's
+// broker ServiceAccount to it and removes it with the cluster. The
+// operator may read and update that one binding only (config/rbac).
 const DefaultBrokerAuthDelegatorRole = "felix-broker-auth-delegator"
 
-// BrokerAuthBindingName is the ClusterRoleBinding of a cluster's broker
-// ServiceAccount to the auth-delegator ClusterRole:
-// felix-broker.<namespace>.<cluster> (a namespace name has no dot, so
-// no two clusters share one).
-func BrokerAuthBindingName(namespace, cluster string) string {
-	return "felix-broker." + namespace + "." + cluster
+// brokerAuthSubject is the cluster's broker ServiceAccount as a subject
+// of the auth-delegator binding.
+func brokerAuthSubject(namespace, cluster string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: BrokerServiceAccountName(cluster), Namespace: namespace}
 }
 
-// brokerAuthBinding binds role to the cluster's broker ServiceAccount. It
-// is cluster-scoped, so it cannot be owned by the FelixCluster: the
-// operator deletes it when it sees the cluster gone, and it carries the
-// cluster's labels plus its namespace for cleaning up by hand.
-func brokerAuthBinding(c *felixv1.FelixCluster, role string) *rbacv1.ClusterRoleBinding {
-	labels := clusterLabels(c.Name)
-	labels[labelClusterNamespace] = c.Namespace
-	return &rbacv1.ClusterRoleBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: BrokerAuthBindingName(c.Namespace, c.Name), Labels: labels},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: BrokerServiceAccountName(c.Name), Namespace: c.Namespace}},
-	}
-}
-
-// labelClusterNamespace on a cluster-scoped object names the namespace of
-// the FelixCluster it belongs to.
-const labelClusterNamespace = "felix.dev/cluster-namespace"
-
-// ensureBrokerAuthBinding creates or repairs the cluster's
-// auth-delegator binding, read from the cache (which holds only
-// ClusterRoleBindings labelled with a Felix cluster, CacheOptions), so a
-// steady state costs no request. Nothing when the reconciler has no
-// BrokerAuthDelegatorRole.
+// ensureBrokerAuthBinding adds the cluster's broker ServiceAccount to the
+// subjects of the shipped auth-delegator ClusterRoleBinding (named like
+// BrokerAuthDelegatorRole), read from the cache (which holds that binding
+// only, CacheOptions), so a steady state costs no request. The operator
+// never creates the binding: when it is missing (not installed) brokers
+// accept client certificates only on /metrics, and it is logged. Nothing
+// when the reconciler has no BrokerAuthDelegatorRole.
 func (r *FelixClusterReconciler) ensureBrokerAuthBinding(ctx context.Context, c *felixv1.FelixCluster) error {
-	if r.BrokerAuthDelegatorRole == "" {
-		return nil
-	}
-	want := brokerAuthBinding(c, r.BrokerAuthDelegatorRole)
-	create := func() error {
-		if err := r.Client.Create(ctx, want, client.FieldOwner(OperatorFieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ClusterRoleBinding %s: %w", want.Name, err)
-		}
-		return nil
-	}
-	var have rbacv1.ClusterRoleBinding
-	switch err := r.Client.Get(ctx, client.ObjectKey{Name: want.Name}, &have); {
-	case apierrors.IsNotFound(err):
-		return create()
-	case err != nil:
-		return err
-	}
-	if have.RoleRef != want.RoleRef {
-		// The role reference is immutable (another --broker-auth-delegator-role):
-		// replace the binding.
-		if err := r.Client.Delete(ctx, &have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("replace ClusterRoleBinding %s: %w", want.Name, err)
-		}
-		return create()
-	}
-	if equality.Semantic.DeepEqual(have.Subjects, want.Subjects) && labelsContain(have.Labels, want.Labels) {
-		return nil
-	}
-	have.Subjects = want.Subjects
-	mergeLabels(&have, want.Labels)
-	if err := r.Client.Update(ctx, &have, client.FieldOwner(OperatorFieldManager)); err != nil {
-		return fmt.Errorf("update ClusterRoleBinding %s: %w", want.Name, err)
-	}
-	return nil
+	return r.editBrokerAuthSubjects(ctx, brokerAuthSubject(c.Namespace, c.Name), true)
 }
 
-func labelsContain(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// deleteBrokerAuthBinding removes the binding of a cluster that is gone.
+// deleteBrokerAuthBinding removes the broker ServiceAccount of a cluster
+// that is gone from the auth-delegator binding's subjects.
 func (r *FelixClusterReconciler) deleteBrokerAuthBinding(ctx context.Context, namespace, cluster string) error {
-	if r.BrokerAuthDelegatorRole == "" {
+	return r.editBrokerAuthSubjects(ctx, brokerAuthSubject(namespace, cluster), false)
+}
+
+// editBrokerAuthSubjects makes the binding hold (add) or not hold subject
+// s, with optimistic concurrency: a stale copy yields errCacheLag.
+func (r *FelixClusterReconciler) editBrokerAuthSubjects(ctx context.Context, s rbacv1.Subject, add bool) error {
+	name := r.BrokerAuthDelegatorRole
+	if name == "" {
 		return nil
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: BrokerAuthBindingName(namespace, cluster)}}
-	if err := r.Client.Delete(ctx, crb); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete ClusterRoleBinding %s: %w", crb.Name, err)
+	var crb rbacv1.ClusterRoleBinding
+	if err := r.brokerAuthReader().Get(ctx, types.NamespacedName{Name: name}, &crb); err != nil {
+		if apierrors.IsNotFound(err) {
+			if add {
+				log.FromContext(ctx).Info("the broker auth-delegator ClusterRoleBinding is not installed: brokers accept only client certificates on /metrics", "clusterRoleBinding", name)
+			}
+			return nil
+		}
+		return fmt.Errorf("get ClusterRoleBinding %s: %w", name, err)
+	}
+	if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != name {
+		return fmt.Errorf("%w: ClusterRoleBinding %s binds %s %s, not ClusterRole %s", errNotOurs, name, crb.RoleRef.Kind, crb.RoleRef.Name, name)
+	}
+	i := slices.IndexFunc(crb.Subjects, func(x rbacv1.Subject) bool {
+		return x.Kind == s.Kind && x.Name == s.Name && x.Namespace == s.Namespace && (x.APIGroup == "" || x.APIGroup == s.APIGroup)
+	})
+	switch {
+	case add && i >= 0, !add && i < 0:
+		return nil
+	case add:
+		crb.Subjects = append(crb.Subjects, s)
+	default:
+		crb.Subjects = slices.Delete(crb.Subjects, i, i+1)
+	}
+	err := r.Client.Update(ctx, &crb, client.FieldOwner(OperatorFieldManager))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("update ClusterRoleBinding %s: %w", name, errCacheLag)
+	}
+	if err != nil {
+		return fmt.Errorf("update ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil
+}
+
+// brokerAuthReader reads the auth-delegator binding: the cache, which
+// holds the binding named DefaultBrokerAuthDelegatorRole (CacheOptions),
+// or the API server for another name.
+func (r *FelixClusterReconciler) brokerAuthReader() client.Reader {
+	if r.BrokerAuthDelegatorRole == DefaultBrokerAuthDelegatorRole {
+		return r.Client
+	}
+	return r.reader()
 }

@@ -181,6 +181,11 @@ func TestBrokerWritesPolicy_AgainstTheAPIServer(t *testing.T) {
 		{"a broker sets its own incarnation", va0, mergeStatus(ctx, va0, &felixv1.FelixBroker{}, ns, "va-0", map[string]any{"incarnation": 7})},
 		{"a broker renews another broker's Lease", va0, renewLease(ctx, va0, ns, "va-1")},
 		{"an unbound token renews a Lease", unbound, renewLease(ctx, unbound, ns, "va-0")},
+		{"a broker strips the cluster label from its own Lease", va0, editLease(ctx, va0, ns, "va-0", func(l *coordinationv1.Lease) { delete(l.Labels, controllers.LabelCluster) })},
+		{"a broker relabels its own Lease", va0, editLease(ctx, va0, ns, "va-0", func(l *coordinationv1.Lease) { l.Labels["extra"] = "x" })},
+		{"a broker drops the owner of its own Lease", va0, editLease(ctx, va0, ns, "va-0", func(l *coordinationv1.Lease) { l.OwnerReferences = nil })},
+		{"a broker holds its own Lease as another", va0, editLease(ctx, va0, ns, "va-0", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("va-1") })},
+		{"a broker annotates its own Lease", va0, editLease(ctx, va0, ns, "va-0", func(l *coordinationv1.Lease) { l.Annotations = map[string]string{"other": "x"} })},
 		{"an unbound token registers", unbound, mergeStatus(ctx, unbound, &felixv1.FelixBroker{}, ns, "va-0", map[string]any{"registrationRequest": map[string]any{"storageID": newStorageID(), "seenIncarnation": 0}})},
 	}
 	for _, d := range denied {
@@ -200,6 +205,28 @@ func TestBrokerWritesPolicy_AgainstTheAPIServer(t *testing.T) {
 	if _, err := own.Register(rctx, newStorageID(), 0, "va-0:7100"); err != nil {
 		t.Fatalf("va-0 registering itself: %v", err)
 	}
+	// The broker's own heartbeat (holder, times, transitions, duration,
+	// its annotations) passes.
+	if err := own.Renew(rctx, true); err != nil {
+		t.Errorf("va-0's heartbeat: %v", err)
+	}
+}
+
+// editLease updates a heartbeat Lease after edit changed it.
+func editLease(ctx context.Context, cfg *rest.Config, ns, name string, edit func(*coordinationv1.Lease)) error {
+	c, err := brokerClient(cfg)
+	if err != nil {
+		return err
+	}
+	var l coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+		return err
+	}
+	now := metav1.NowMicro()
+	l.Spec.RenewTime = &now
+	l.Spec.HolderIdentity = ptr.To(name)
+	edit(&l)
+	return c.Update(ctx, &l)
 }
 
 // installBrokerWritesPolicy creates the shipped policy (once per API

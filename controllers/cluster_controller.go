@@ -44,9 +44,9 @@ type FelixClusterReconciler struct {
 	Events    events.EventRecorder
 	// Rand is the randomness of keys and serials; crypto/rand when nil.
 	Rand io.Reader
-	// BrokerAuthDelegatorRole, when set, is the ClusterRole bound to each
-	// cluster's broker ServiceAccount by a ClusterRoleBinding
-	// (brokerauth.go).
+	// BrokerAuthDelegatorRole, when set, is the ClusterRole whose shipped
+	// ClusterRoleBinding of the same name lists each cluster's broker
+	// ServiceAccount (brokerauth.go).
 	BrokerAuthDelegatorRole string
 }
 
@@ -354,13 +354,18 @@ func podReady(p *corev1.Pod) bool {
 // flags, resources), and only while every broker pod is Ready and every
 // broker Up, so a rolling update never takes two brokers at once. The
 // FelixBroker, Lease and PVC stay: the broker restarts on its own data
-// and registers again [ID-4].
+// and registers again [ID-4]. A broker whose certificate this reconcile
+// could not issue or check (cert-manager missing, the CA Secret missing
+// or invalid) is not replaced: its new pod might not start.
 func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCluster, obs *clusterObservation) error {
-	var outdated []string
+	var outdated, replaceable []string
 	healthy := true
 	for _, b := range obs.Brokers {
 		if b.PodOutdated {
 			outdated = append(outdated, b.Name)
+			if obs.TLS.Issued[b.Name] {
+				replaceable = append(replaceable, b.Name)
+			}
 		}
 		if !b.PodExists || !b.PodReady || b.State != felixv1.BrokerUp {
 			healthy = false
@@ -370,11 +375,11 @@ func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCl
 	if len(outdated) == 0 {
 		return nil
 	}
-	if !healthy {
+	if !healthy || len(replaceable) == 0 {
 		obs.RollWaiting = true
 		return nil
 	}
-	name := outdated[0]
+	name := replaceable[0]
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
 	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("replace pod %s: %w", name, err)

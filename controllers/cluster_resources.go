@@ -287,10 +287,7 @@ func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 				// The broker's certificate Secret, readable by the pod's
 				// fsGroup (the broker's group) only. The kubelet swaps the
 				// files atomically on renewal; the broker reloads them.
-				{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-					SecretName:  BrokerTLSSecretName(broker),
-					DefaultMode: ptr.To[int32](0o440),
-				}}},
+				{Name: "tls", VolumeSource: tlsVolume(c, broker)},
 			},
 		},
 	}
@@ -316,4 +313,27 @@ func nodeExpirySeconds(c *felixv1.FelixCluster) int32 {
 		s = 1
 	}
 	return s
+}
+
+// tlsVolume is the broker's certificate Secret, readable by the pod's
+// fsGroup (the broker's group) only. With cert-manager, ca.crt comes from
+// the cluster's trust bundle Secret (TrustBundleSecretName) instead of the
+// one cert-manager wrote, so the broker trusts the CA that signs the
+// cluster's certificates and not the root above it.
+func tlsVolume(c *felixv1.FelixCluster, broker string) corev1.VolumeSource {
+	mode := ptr.To[int32](0o440)
+	if sourceOf(c) != tlsCertManager {
+		return corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: BrokerTLSSecretName(broker), DefaultMode: mode}}
+	}
+	ref := func(name string, keys ...string) corev1.VolumeProjection {
+		items := make([]corev1.KeyToPath, 0, len(keys))
+		for _, k := range keys {
+			items = append(items, corev1.KeyToPath{Key: k, Path: k})
+		}
+		return corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Items: items}}
+	}
+	return corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{DefaultMode: mode, Sources: []corev1.VolumeProjection{
+		ref(BrokerTLSSecretName(broker), SecretKeyTLSCert, SecretKeyTLSKey),
+		ref(TrustBundleSecretName(c.Name), SecretKeyCACert),
+	}}}
 }

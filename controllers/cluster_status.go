@@ -89,7 +89,7 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 	case obs.Outdated > 0:
 		msg := fmt.Sprintf("rolling update: %d broker pods run an outdated spec; one is replaced at a time", obs.Outdated)
 		if obs.RollWaiting {
-			msg += ", once every broker pod is ready"
+			msg += ", once every broker pod is ready and the outdated brokers' certificates can be issued"
 		}
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "RollingUpdate", msg))
 	case len(unregistered) > 0:

@@ -52,3 +52,15 @@ func EnsureUserCertificate(ctx context.Context, cl client.Client, u *felixv1.Fel
 	}
 	return obs.Ready.Reason, notAfter, err
 }
+
+// ClusterTLSCondition runs the certificate step once for c (as
+// EnsureClusterTLS) and returns the TLSReady condition it computed.
+func ClusterTLSCondition(ctx context.Context, cl client.Client, c *felixv1.FelixCluster, now time.Time) (string, map[string]bool, error) {
+	r := &FelixClusterReconciler{Client: cl, APIReader: cl, Clock: clocktesting.NewFakePassiveClock(now)}
+	var brokers []string
+	for i := int32(0); i < c.Spec.Brokers; i++ {
+		brokers = append(brokers, BrokerName(c.Name, i))
+	}
+	obs, err := r.ensureTLS(ctx, c, brokers)
+	return obs.Condition.Reason, obs.Ready, err
+}

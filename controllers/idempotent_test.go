@@ -20,6 +20,7 @@ import (
 func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
+	installBrokerAuthRBAC(t, ctx)
 	create(t, fastCluster(ns, "idem", 2))
 	waitForBrokers(t, ns, "idem", 2)
 	objs := []struct {
@@ -31,7 +32,7 @@ func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 		{"idem-brokers", &policyv1.PodDisruptionBudget{}}, {"idem-0", &corev1.Pod{}}, {"data-idem-1", &corev1.PersistentVolumeClaim{}},
 		{"idem-ca", &corev1.Secret{}}, {"idem-0-tls", &corev1.Secret{}},
 		{"idem-brokers", &networkingv1.NetworkPolicy{}},
-		{controllers.BrokerAuthBindingName(ns, "idem"), &rbacv1.ClusterRoleBinding{}},
+		{controllers.DefaultBrokerAuthDelegatorRole, &rbacv1.ClusterRoleBinding{}},
 	}
 	rvs := func() map[string]string {
 		out := map[string]string{}
@@ -47,6 +48,7 @@ func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 		}
 		return out
 	}
+	eventually(t, 20*time.Second, "subject idem-broker", func() (bool, string) { return hasBrokerSubject(ctx, ns, "idem") })
 	// Let the first reconciles settle.
 	var c felixv1.FelixCluster
 	eventually(t, 10*time.Second, "status written", func() (bool, string) {

@@ -70,6 +70,13 @@ func BrokerName(cluster string, ordinal int32) string {
 // cluster (ca.crt, ca.key).
 func CASecretName(cluster string) string { return cluster + "-ca" }
 
+// TrustBundleSecretName is the Secret (key ca.crt only) holding the trust
+// bundle of a cluster whose certificates cert-manager issues: the CAs that
+// signed its brokers' certificates, taken from the issued chains rather
+// than the ca.crt cert-manager writes (the top of the issuer's chain, which
+// may sign for others). Broker pods mount its ca.crt in place of theirs.
+func TrustBundleSecretName(cluster string) string { return cluster + "-trust" }
+
 // BrokerTLSSecretName is the Secret holding a broker's certificate
 // (tls.crt, tls.key, ca.crt), mounted at TLSDir.
 func BrokerTLSSecretName(broker string) string { return broker + "-tls" }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +82,31 @@ func certificateSpec(c *felixv1.FelixCluster, secretName string, want leafWant, 
 		spec["renewBefore"] = want.RenewBefore.String()
 	}
 	return spec
+}
+
+// errNoIssuingCA: a certificate Secret names no CA that signed its leaf.
+var errNoIssuingCA = errors.New("no CA in the Secret signed its certificate")
+
+// issuingCA returns the CA certificate that signed the leaf of a Secret
+// cert-manager filled: the first of tls.crt's further certificates, then
+// of ca.crt's, that is a CA and whose key verifies the leaf's signature.
+// That is the anchor a cluster trusts, not ca.crt as such, which is the
+// top of the issuer's chain and may sign others' certificates too.
+func issuingCA(data map[string][]byte) (*x509.Certificate, error) {
+	chain, err := pki.ParseCertsPEM(data[SecretKeyTLSCert])
+	if err != nil {
+		return nil, err
+	}
+	cands := chain[1:]
+	if roots, err := pki.ParseCertsPEM(data[SecretKeyCACert]); err == nil {
+		cands = append(cands[:len(cands):len(cands)], roots...)
+	}
+	for _, x := range cands {
+		if x.IsCA && chain[0].CheckSignatureFrom(x) == nil {
+			return x, nil
+		}
+	}
+	return nil, errNoIssuingCA
 }
 
 // upsertCertificate creates or updates the Certificate name (controlled

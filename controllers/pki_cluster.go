@@ -11,6 +11,7 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
+	"felix.dev/felix/internal/pki"
 )
 
 // errNotOurs: an object the operator would write exists and is not
@@ -61,6 +63,11 @@ type tlsObservation struct {
 	// Ready names the brokers whose certificate Secret exists and is
 	// usable: only they get a pod.
 	Ready map[string]bool
+	// Issued names the brokers whose certificate this step issued or
+	// checked to be current (a subset of Ready): only their pods may be
+	// replaced by a rolling update, as a replaced pod of another broker
+	// might not come back.
+	Issued map[string]bool
 	// Condition is the cluster's TLSReady condition.
 	Condition metav1.Condition
 	// Requeue is when the step must run again (next renewal, retry).
@@ -80,7 +87,7 @@ func random(r io.Reader) io.Reader {
 // cert-manager Certificates that fill them, and says which brokers are
 // ready to start.
 func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.FelixCluster, brokers []string) (tlsObservation, error) {
-	obs := tlsObservation{Ready: map[string]bool{}}
+	obs := tlsObservation{Ready: map[string]bool{}, Issued: map[string]bool{}}
 	now := r.Clock.Now()
 	duration, renewBefore := certTimes(c)
 	src := sourceOf(c)
@@ -92,10 +99,12 @@ func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.Felix
 		if prev == nil || prev.Reason != reason {
 			r.event(c, corev1.EventTypeWarning, reason, "Certificates", "%s", msg)
 		}
-		// Brokers whose Secret exists keep running on it.
+		// Brokers whose Secret exists, and is the cluster's, keep running
+		// on it; a Secret of the same name that is someone else's (a
+		// FelixUser's, say) is never mounted.
 		for _, b := range brokers {
 			var s corev1.Secret
-			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: BrokerTLSSecretName(b)}, &s); err == nil && len(s.Data[SecretKeyTLSCert]) > 0 {
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: BrokerTLSSecretName(b)}, &s); err == nil && len(s.Data[SecretKeyTLSCert]) > 0 && brokerSecretOfCluster(c, src, b, &s) {
 				obs.Ready[b] = true
 			}
 		}
@@ -108,6 +117,9 @@ func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.Felix
 	for i := int32(0); i < c.Spec.Brokers; i++ {
 		inRange[BrokerName(c.Name, i)] = true
 	}
+	if src == tlsCertManager && sharedIssuerRefused(c) {
+		return fail("SharedIssuerRefused", "spec.security.tls.issuerRef names ClusterIssuer %s: anyone who may create cert-manager Certificates in any namespace could obtain this cluster's broker identities from it; use an Issuer in namespace %s whose CA signs for this cluster only, or set spec.security.tls.allowClusterIssuer if the ClusterIssuer is dedicated to it", c.Spec.Security.TLS.IssuerRef.Name, c.Namespace)
+	}
 	if src == tlsCertManager {
 		return r.ensureCertManager(ctx, c, brokers, inRange, duration, renewBefore, fail)
 	}
@@ -117,6 +129,9 @@ func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.Felix
 		s, err := r.ensureCA(ctx, c, now)
 		if errors.Is(err, errNotOurs) {
 			return fail("SecretConflict", "%v: delete or rename it, or name it in spec.security.tls.caSecret", err)
+		}
+		if errors.Is(err, errCASecretInvalid) {
+			return fail("CASecretInvalid", "Secret %s: %v; the operator does not replace it (that would drop the trust bundle): repair it, or delete it for a new CA (every certificate is reissued)", CASecretName(c.Name), err)
 		}
 		if err != nil {
 			return obs, err
@@ -154,7 +169,7 @@ func (r *FelixClusterReconciler) ensureTLS(ctx context.Context, c *felixv1.Felix
 		case p.Data == nil:
 			continue // a broker being removed, whose Secret is gone
 		}
-		obs.Ready[b] = true
+		obs.Ready[b], obs.Issued[b] = true, true
 		if next.IsZero() || p.RenewAt.Before(next) {
 			next = p.RenewAt
 		}
@@ -307,8 +322,9 @@ func writeOwnedSecret(ctx context.Context, cl client.Client, uncached client.Rea
 // brokers whose Secret cert-manager filled.
 func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felixv1.FelixCluster, brokers []string, inRange map[string]bool, duration, renewBefore time.Duration,
 	fail func(reason, msg string, args ...any) (tlsObservation, error)) (tlsObservation, error) {
-	obs := tlsObservation{Ready: map[string]bool{}}
-	var waiting []string
+	obs := tlsObservation{Ready: map[string]bool{}, Issued: map[string]bool{}}
+	var waiting, noIssuer []string
+	filled := map[string]*x509.Certificate{}
 	for _, b := range brokers {
 		want := leafWant{Identity: brokerIdentity(c, b), DNSNames: brokerDNSNames(c, b), Duration: duration, RenewBefore: renewBefore}
 		name := BrokerTLSSecretName(b)
@@ -316,7 +332,7 @@ func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felix
 		if !inRange[b] {
 			// Being removed: cert-manager keeps renewing what exists.
 			var s corev1.Secret
-			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &s); err == nil {
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &s); err == nil && brokerSecretOfCluster(c, tlsCertManager, b, &s) {
 				obs.Ready[b] = true
 			}
 			continue
@@ -336,20 +352,137 @@ func (r *FelixClusterReconciler) ensureCertManager(ctx context.Context, c *felix
 		var s corev1.Secret
 		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &s)
 		switch {
-		case err == nil && len(s.Data[SecretKeyTLSCert]) > 0:
-			obs.Ready[b] = true
+		case err == nil && len(s.Data[SecretKeyTLSCert]) > 0 && brokerSecretOfCluster(c, tlsCertManager, b, &s):
+			iss, err := issuingCA(s.Data)
+			if err != nil {
+				noIssuer = append(noIssuer, b)
+				continue
+			}
+			filled[b] = iss
 		case err == nil || apierrors.IsNotFound(err):
 			waiting = append(waiting, b)
 		default:
 			return obs, err
 		}
 	}
-	if len(waiting) > 0 {
-		obs.Condition = cond(ConditionTLSReady, false, "WaitingForCertificates", "waiting for cert-manager to fill the certificate Secrets of "+strings.Join(waiting, ", "))
-		return obs, nil
+	if len(filled) > 0 {
+		issuers := make([]*x509.Certificate, 0, len(filled))
+		for _, b := range brokers {
+			if iss := filled[b]; iss != nil {
+				issuers = append(issuers, iss)
+			}
+		}
+		err := r.ensureTrustBundle(ctx, c, issuers)
+		switch {
+		case errors.Is(err, errNotOurs):
+			return fail("SecretConflict", "%v", err)
+		case err != nil:
+			return obs, err
+		}
+		for b := range filled {
+			obs.Ready[b], obs.Issued[b] = true, true
+		}
 	}
-	obs.Condition = cond(ConditionTLSReady, true, "CertificatesIssued", fmt.Sprintf("%d broker certificates issued by cert-manager", len(brokers)))
+	switch {
+	case len(noIssuer) > 0:
+		msg := "the certificate Secrets of " + strings.Join(noIssuer, ", ") + " name no CA that signed them (in tls.crt after the leaf, or ca.crt): the trust bundle takes the issuing CA from there"
+		obs.Condition = cond(ConditionTLSReady, false, "IssuingCAUnknown", msg)
+		obs.Requeue = certificateRetry
+		if prev := meta.FindStatusCondition(c.Status.Conditions, ConditionTLSReady); prev == nil || prev.Reason != "IssuingCAUnknown" {
+			r.event(c, corev1.EventTypeWarning, "IssuingCAUnknown", "Certificates", "%s", msg)
+		}
+	case len(waiting) > 0:
+		obs.Condition = cond(ConditionTLSReady, false, "WaitingForCertificates", "waiting for cert-manager to fill the certificate Secrets of "+strings.Join(waiting, ", "))
+	default:
+		obs.Condition = cond(ConditionTLSReady, true, "CertificatesIssued", fmt.Sprintf("%d broker certificates issued by cert-manager; trusted: the CAs that signed them (Secret %s)", len(brokers), TrustBundleSecretName(c.Name)))
+	}
 	return obs, nil
+}
+
+// ensureTrustBundle keeps the Secret <cluster>-trust (controlled by c)
+// holding, in ca.crt, the CAs that signed the brokers' certificates
+// (issuers) plus those it held already that have not expired, so leaves of
+// an issuer that rotated its CA stay trusted until they are replaced.
+func (r *FelixClusterReconciler) ensureTrustBundle(ctx context.Context, c *felixv1.FelixCluster, issuers []*x509.Certificate) error {
+	key := types.NamespacedName{Namespace: c.Namespace, Name: TrustBundleSecretName(c.Name)}
+	var sec corev1.Secret
+	exists := true
+	switch err := r.Client.Get(ctx, key, &sec); {
+	case apierrors.IsNotFound(err):
+		exists = false
+	case err != nil:
+		return err
+	}
+	if exists && !metav1.IsControlledBy(&sec, c) {
+		return fmt.Errorf("%w: Secret %s", errNotOurs, key.Name)
+	}
+	now := r.Clock.Now()
+	var bundle []*x509.Certificate
+	add := func(x *x509.Certificate) {
+		if x.NotAfter.After(now) && !containsCert(bundle, x) {
+			bundle = append(bundle, x)
+		}
+	}
+	for _, x := range issuers {
+		add(x)
+	}
+	if old, err := pki.ParseCertsPEM(sec.Data[SecretKeyCACert]); exists && err == nil {
+		for _, x := range old {
+			add(x)
+		}
+	}
+	data := map[string][]byte{SecretKeyCACert: pki.EncodeCertsPEM(bundle...)}
+	if exists && sameData(sec.Data, data) {
+		return nil
+	}
+	labels := clusterLabels(c.Name)
+	labels[LabelComponent] = "ca"
+	return r.writeSecret(ctx, c, &sec, exists, key, labels, corev1.SecretTypeOpaque, data)
+}
+
+// brokerSecretOfCluster reports whether s, found under a broker's
+// certificate Secret name, is the cluster's: controlled by it, or (with
+// cert-manager, which fills Secrets it creates itself) labelled for the
+// broker and for no FelixUser by the Certificate's secretTemplate.
+func brokerSecretOfCluster(c *felixv1.FelixCluster, src tlsSource, broker string, s *corev1.Secret) bool {
+	if metav1.IsControlledBy(s, c) {
+		return true
+	}
+	l := s.Labels
+	return src == tlsCertManager && l[LabelCluster] == c.Name && l[LabelUser] == "" && l[LabelBroker] == broker
+}
+
+// sharedIssuerRefused reports whether the cluster names a ClusterIssuer
+// without opting in (spec.security.tls.allowClusterIssuer). The CRD's
+// validation refuses such a spec; this catches one stored before it.
+func sharedIssuerRefused(c *felixv1.FelixCluster) bool {
+	tls := c.Spec.Security.TLS
+	return tls.IssuerRef != nil && tls.IssuerRef.Kind == "ClusterIssuer" && !tls.AllowClusterIssuer
+}
+
+// clusterReservedSecret reports whether name is, or may become, one of
+// the cluster's own Secret names: its CA Secret <cluster>-ca, its trust
+// bundle <cluster>-trust (cert-manager) or a
+// broker's <cluster>-<n>-tls for any ordinal n, present or after a
+// scale-up. A FelixUser of the cluster may not take one.
+func clusterReservedSecret(cluster, name string) bool {
+	if name == CASecretName(cluster) || name == TrustBundleSecretName(cluster) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, cluster+"-")
+	if !ok {
+		return false
+	}
+	n, ok := strings.CutSuffix(rest, "-tls")
+	if !ok || n == "" {
+		return false
+	}
+	for _, d := range n {
+		if d < '0' || d > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // removeBrokerTLS deletes a removed broker's certificate Secret and

@@ -98,9 +98,18 @@ type caPlan struct {
 // CA joins the bundle, the old one keeps signing), promote the new CA
 // CARolloverDelay later (it signs, the old one stays in the bundle until
 // it expires), and drop expired CAs from the bundle.
+//
+// A Secret that holds data but no usable CA is not replaced (that would
+// drop every CA of the bundle clients and brokers trust): planCA returns
+// an error wrapping errCASecretInvalid, unless the Secret's signing CA
+// certificate parses and has expired, when a new CA is made as for a
+// missing Secret.
 func planCA(data map[string][]byte, cn string, now time.Time, rnd io.Reader) (caPlan, error) {
 	var p caPlan
 	cur, err := pki.ParseCA(data[SecretKeyCACert], data[SecretKeyCAKey])
+	if err != nil && len(data) > 0 && !caExpired(data[SecretKeyCACert], now) {
+		return p, fmt.Errorf("%w: %w", errCASecretInvalid, err)
+	}
 	var others []*x509.Certificate
 	if err != nil || !cur.Cert.NotAfter.After(now) {
 		cur, err = pki.NewCA(cn, now, CAValidity, rnd)
@@ -165,6 +174,13 @@ func planCA(data map[string][]byte, cn string, now time.Time, rnd io.Reader) (ca
 	return p, nil
 }
 
+// caExpired reports whether the first certificate of bundle parses and
+// has expired at now.
+func caExpired(bundle []byte, now time.Time) bool {
+	certs, err := pki.ParseCertsPEM(bundle)
+	return err == nil && len(certs) > 0 && !certs[0].NotAfter.After(now)
+}
+
 // promoteAt is when a CA added to the bundle by a rollover starts signing.
 func promoteAt(next *pki.CA) time.Time {
 	return next.Cert.NotBefore.Add(pki.ClockSkew + CARolloverDelay)
@@ -175,9 +191,12 @@ func containsCert(list []*x509.Certificate, c *x509.Certificate) bool {
 }
 
 // signerFromSecret reads a CA Secret: keys ca.crt + ca.key (the first
-// certificate of ca.crt signs), or tls.crt + tls.key (a cert-manager CA
-// Secret; ca.crt, when present, joins the bundle). Errors wrap
-// errCASecretInvalid.
+// certificate of ca.crt signs, the others stay trusted: a rollover the
+// Secret's owner runs), or tls.crt + tls.key (a cert-manager CA Secret).
+// The trust bundle holds only CAs of this cluster: of a tls.crt-style
+// Secret only the signing CA, never its ca.crt, which is the parent CA
+// that may sign other clusters' (or anyone's) certificates too. Errors
+// wrap errCASecretInvalid.
 func signerFromSecret(s *corev1.Secret) (signer, error) {
 	certPEM, keyPEM := s.Data[SecretKeyCACert], s.Data[SecretKeyCAKey]
 	if len(keyPEM) == 0 {
@@ -191,6 +210,9 @@ func signerFromSecret(s *corev1.Secret) (signer, error) {
 		return signer{}, fmt.Errorf("%w: Secret %s: %w", errCASecretInvalid, s.Name, err)
 	}
 	bundle := []*x509.Certificate{ca.Cert}
+	if len(s.Data[SecretKeyCAKey]) == 0 {
+		return signer{CA: ca, Bundle: pki.EncodeCertsPEM(bundle...)}, nil
+	}
 	if extra, err := pki.ParseCertsPEM(s.Data[SecretKeyCACert]); err == nil {
 		for _, e := range extra {
 			if !containsCert(bundle, e) {

@@ -2,10 +2,12 @@ package controllers
 
 import (
 	"crypto/x509"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
@@ -147,6 +149,79 @@ func TestPKI_LeafReissueReasons(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPKI_InvalidCASecretIsNotReplaced: a CA Secret the operator controls
+// that holds no usable CA is reported (errCASecretInvalid), not replaced by
+// a fresh CA that would drop the trust bundle; an expired one is rolled
+// over as a missing one.
+func TestPKI_InvalidCASecretIsNotReplaced(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	p, err := planCA(nil, "test CA", t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]map[string][]byte{
+		"junk":        {SecretKeyCACert: []byte("junk"), SecretKeyCAKey: []byte("junk")},
+		"key missing": {SecretKeyCACert: p.Data[SecretKeyCACert]},
+		"cert junk":   {SecretKeyCACert: []byte("junk"), SecretKeyCAKey: p.Data[SecretKeyCAKey]},
+	} {
+		if q, err := planCA(data, "test CA", t0.Add(time.Hour), nil); !errors.Is(err, errCASecretInvalid) {
+			t.Errorf("%s: plan %q changed=%v, err %v; want errCASecretInvalid", name, q.Reason, q.Changed, err)
+		}
+	}
+	expired := p.Data
+	q, err := planCA(map[string][]byte{SecretKeyCACert: expired[SecretKeyCACert], SecretKeyCAKey: []byte("lost")}, "test CA", t0.Add(CAValidity+time.Hour), nil)
+	if err != nil || q.Reason != "CACreated" {
+		t.Errorf("expired CA with a bad key: %q %v; want CACreated", q.Reason, err)
+	}
+}
+
+// TestPKI_TLSStyleCASecretTrustsOnlyItself: a CA Secret in cert-manager's
+// CA layout (tls.crt, tls.key, ca.crt = the parent CA) signs with tls.crt,
+// and the bundle holds that CA only: the parent may sign anyone's
+// certificates. A ca.crt + ca.key Secret keeps its whole bundle.
+func TestPKI_TLSStyleCASecretTrustsOnlyItself(t *testing.T) {
+	now := time.Now()
+	ca, err := pki.NewCA("cluster CA", now, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := pki.NewCA("parent CA", now, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := signerFromSecret(&corev1.Secret{Data: map[string][]byte{SecretKeyTLSCert: ca.CertPEM(), SecretKeyTLSKey: key, SecretKeyCACert: parent.CertPEM()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certs, _ := pki.ParseCertsPEM(s.Bundle); len(certs) != 1 || !certs[0].Equal(ca.Cert) {
+		t.Errorf("bundle of a tls.crt-style CA Secret holds %d certificates; want its CA only", len(certs))
+	}
+	s, err = signerFromSecret(&corev1.Secret{Data: map[string][]byte{SecretKeyCACert: pki.EncodeCertsPEM(ca.Cert, parent.Cert), SecretKeyCAKey: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certs, _ := pki.ParseCertsPEM(s.Bundle); len(certs) != 2 {
+		t.Errorf("bundle of a ca.crt-style CA Secret holds %d certificates; want both", len(certs))
+	}
+}
+
+// TestPKI_ReservedSecretNames: a FelixUser may not take a name the
+// cluster's own Secrets use or will use after a scale-up.
+func TestPKI_ReservedSecretNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		"c-ca": true, "c-trust": true, "c-0-tls": true, "c-5-tls": true, "c-12-tls": true,
+		"c": false, "c-tls": false, "c-x-tls": false, "c-5": false, "d-5-tls": false, "c-ca-x": false, "c-5-tls-x": false, "alice": false,
+	} {
+		if got := clusterReservedSecret("c", name); got != want {
+			t.Errorf("clusterReservedSecret(c, %q) = %v; want %v", name, got, want)
+		}
 	}
 }
 

@@ -310,6 +310,7 @@ func TestTLS_CertManager(t *testing.T) {
 	ctx := context.Background()
 	fc := fastCluster(ns, "cm", 1)
 	fc.Spec.Security.TLS.IssuerRef = &felixv1.IssuerReference{Name: "felix-issuer", Kind: "ClusterIssuer"}
+	fc.Spec.Security.TLS.AllowClusterIssuer = true
 	fc.Spec.Security.TLS.RenewBefore = &metav1.Duration{Duration: 240 * time.Hour}
 	create(t, fc)
 	certOf := func(name string) *unstructured.Unstructured {

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -46,10 +47,12 @@ type Options struct {
 	// Rand is the randomness of certificate keys and serials; crypto/rand
 	// when nil.
 	Rand io.Reader
-	// BrokerAuthDelegatorRole is the ClusterRole the operator binds each
-	// cluster's broker ServiceAccount to, for the brokers' authenticated
-	// /metrics (TokenReview, SubjectAccessReview); none when empty (a
-	// namespace-scoped operator cannot write ClusterRoleBindings).
+	// BrokerAuthDelegatorRole is the ClusterRole, and the shipped
+	// ClusterRoleBinding of the same name, to whose subjects the operator
+	// adds each cluster's broker ServiceAccount, for the brokers'
+	// authenticated /metrics (TokenReview, SubjectAccessReview); none
+	// when empty (a namespace-scoped operator cannot update
+	// ClusterRoleBindings).
 	BrokerAuthDelegatorRole string
 }
 
@@ -98,7 +101,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // cluster holds many objects Felix never needs: only Leases, Pods, PVCs
 // and Secrets labelled with a Felix cluster are cached (not every node's
 // Lease, not every Secret), and of the cluster-scoped ClusterRoleBindings
-// only those of Felix brokers.
+// only the brokers' auth-delegator binding.
 func CacheOptions() cache.Options {
 	hasCluster, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -111,7 +114,9 @@ func CacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: sel},
 		// Only the certificate Secrets the operator makes (or has
 		// cert-manager fill); a CA Secret the user brings is read uncached.
-		&corev1.Secret{}:             {Label: sel},
-		&rbacv1.ClusterRoleBinding{}: {Label: sel},
+		&corev1.Secret{}: {Label: sel},
+		// The one ClusterRoleBinding the operator may read and update
+		// (its RBAC names it; a list of all would be refused).
+		&rbacv1.ClusterRoleBinding{}: {Field: fields.OneTermEqualSelector("metadata.name", DefaultBrokerAuthDelegatorRole)},
 	}}
 }

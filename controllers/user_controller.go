@@ -101,6 +101,9 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 	if err := id.Validate(); err != nil {
 		return notReady("InvalidName", "the user's name cannot be a certificate identity: %v", err)
 	}
+	if clusterReservedSecret(u.Spec.Cluster, UserSecretName(u.Name)) {
+		return notReady("NameConflict", "Secret %s is reserved for cluster %s's own certificates (%s, %s): rename the FelixUser", UserSecretName(u.Name), u.Spec.Cluster, CASecretName(u.Spec.Cluster), BrokerTLSSecretName(BrokerName(u.Spec.Cluster, 0))+", …")
+	}
 	var c felixv1.FelixCluster
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Spec.Cluster}, &c); {
 	case apierrors.IsNotFound(err):
@@ -122,6 +125,9 @@ func (r *FelixUserReconciler) ensure(ctx context.Context, u *felixv1.FelixUser) 
 	var sg signer
 	switch sourceOf(&c) {
 	case tlsCertManager:
+		if sharedIssuerRefused(&c) {
+			return notReady("SharedIssuerRefused", "cluster %s names ClusterIssuer %s without spec.security.tls.allowClusterIssuer", c.Name, c.Spec.Security.TLS.IssuerRef.Name)
+		}
 		created, err := upsertCertificate(ctx, r.Client, u, u.Namespace, obs.SecretName, labels, certificateSpec(&c, obs.SecretName, want, labels))
 		switch {
 		case meta.IsNoMatchError(err):

@@ -38,6 +38,7 @@ type SecuritySpec struct {
 // TLSSpec chooses the certificate source. At most one of CASecret and
 // IssuerRef is set; with neither the operator manages a CA itself.
 // +kubebuilder:validation:XValidation:rule="!(has(self.caSecret) && has(self.issuerRef))",message="set at most one of caSecret and issuerRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.issuerRef) || !has(self.issuerRef.kind) || self.issuerRef.kind != 'ClusterIssuer' || (has(self.allowClusterIssuer) && self.allowClusterIssuer)",message="issuerRef.kind ClusterIssuer needs allowClusterIssuer: true (anyone who may request certificates from a shared issuer can obtain this cluster's broker identities)"
 type TLSSpec struct {
 	// CASecret names a Secret in the cluster's namespace holding the CA
 	// the operator signs with (keys ca.crt and ca.key, or tls.crt and
@@ -48,9 +49,21 @@ type TLSSpec struct {
 	// IssuerRef makes cert-manager issue the certificates: the operator
 	// writes cert-manager Certificate objects naming this issuer and
 	// mounts the Secrets cert-manager fills. cert-manager is optional;
-	// only this setting needs it.
+	// only this setting needs it. The issuer must sign with a CA
+	// dedicated to this FelixCluster: every certificate it signs that
+	// names the cluster's identities is trusted by the cluster.
 	// +optional
 	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
+
+	// AllowClusterIssuer accepts an IssuerRef of kind ClusterIssuer. Off
+	// by default: whoever may create cert-manager Certificates in any
+	// namespace can have a ClusterIssuer sign a certificate naming this
+	// cluster's brokers, which its peers and clients would accept. Set it
+	// only for a ClusterIssuer whose CA signs for this FelixCluster alone
+	// and that no one else may request certificates from (for example,
+	// cert-manager's approver policy limits it to this namespace).
+	// +optional
+	AllowClusterIssuer bool `json:"allowClusterIssuer,omitempty"`
 
 	// CertificateDuration is the lifetime of the broker and user
 	// certificates the operator issues.

@@ -22,7 +22,8 @@ type TLSFiles struct {
 // TLSFromFiles reads f and returns the Options.TLS of a client of a
 // broker's client port: it presents f's certificate (none without one)
 // and accepts only a broker certificate that verifies against f.CA, of
-// cluster ("namespace/name") when that is non-empty. The broker is
+// cluster ("namespace/name") when that is non-empty, else of the client
+// certificate's own cluster when it carries a felix identity. The broker is
 // verified by its felix:// identity, not by the address dialed; a
 // non-empty serverName is sent as SNI and must also be a DNS name of the
 // broker's certificate. The files are read once: a long-running client

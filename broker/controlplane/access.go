@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/fields"
@@ -19,6 +20,11 @@ import (
 // ErrNotSynced is wrapped by the refusals of AccessWatcher.Authorizer
 // before the watch has delivered its first list.
 var ErrNotSynced = errors.New("controlplane: access rules not loaded yet")
+
+// ErrStale is wrapped (with ErrNotSynced) by the refusals of
+// AccessWatcher.Authorizer once its watch stopped: the table no longer
+// follows deletions and revocations, so it is not used.
+var ErrStale = errors.New("controlplane: authorization data is stale")
 
 // AccessWatcher keeps an auth.Table current from the control plane: the
 // FelixUsers of the broker's namespace whose spec.cluster is the broker's
@@ -45,6 +51,8 @@ type AccessWatcher struct {
 	registered chan struct{} // closed once Run added its handlers
 	mu         sync.Mutex
 	synced     []toolscache.InformerSynced
+	stoppedFns []func() bool // the informers' IsStopped, when they have one
+	stopped    atomic.Bool   // Run returned
 }
 
 // NewAccessWatcher returns a watcher feeding t; call Run, then
@@ -69,8 +77,10 @@ func (c *Client) NewAccessWatcher(t *auth.Table) (*AccessWatcher, error) {
 // Table returns the table the watcher feeds.
 func (w *AccessWatcher) Table() *auth.Table { return w.table }
 
-// Run watches until ctx ends.
+// Run watches until ctx ends. Once it has returned (or an informer of
+// its stopped), the Authorizer refuses every request with ErrStale.
 func (w *AccessWatcher) Run(ctx context.Context) error {
+	defer w.stopped.Store(true)
 	uinf, err := w.cache.GetInformer(ctx, &felixv1.FelixUser{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return err
@@ -102,6 +112,11 @@ func (w *AccessWatcher) Run(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	w.synced = []toolscache.InformerSynced{ureg.HasSynced, creg.HasSynced}
+	for _, inf := range []any{uinf, cinf} {
+		if s, ok := inf.(interface{ IsStopped() bool }); ok {
+			w.stoppedFns = append(w.stoppedFns, s.IsStopped)
+		}
+	}
 	w.mu.Unlock()
 	close(w.registered)
 	return w.cache.Start(ctx)
@@ -121,11 +136,31 @@ func (w *AccessWatcher) WaitForSync(ctx context.Context) bool {
 	return toolscache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
-// Synced reports whether the first lists have been applied.
+// Stale reports whether the watch stopped (Run returned or an informer
+// stopped): the table no longer follows the control plane.
+func (w *AccessWatcher) Stale() bool {
+	if w.stopped.Load() {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.stoppedFns {
+		if s() {
+			return true
+		}
+	}
+	return false
+}
+
+// Synced reports whether the first lists have been applied and the watch
+// is still running (not Stale).
 func (w *AccessWatcher) Synced() bool {
 	select {
 	case <-w.registered:
 	default:
+		return false
+	}
+	if w.Stale() {
 		return false
 	}
 	w.mu.Lock()
@@ -141,7 +176,9 @@ func (w *AccessWatcher) Synced() bool {
 // Authorizer returns the table as an auth.Authorizer that refuses every
 // request (an error wrapping auth.ErrNotAuthorized and ErrNotSynced,
 // which asks the client to retry) and every anonymous connection until
-// the watch has synced, and then answers as the table does.
+// the watch has synced, and then answers as the table does, until the
+// watch stops: from then on every request is refused again (wrapping
+// ErrStale too, "authorization data is stale").
 func (w *AccessWatcher) Authorizer() auth.Authorizer { return gated{w} }
 
 // gated is the table behind the watch's sync.
@@ -153,6 +190,9 @@ var (
 )
 
 func (g gated) Authorize(p auth.Principal, op auth.Operation, stream string) error {
+	if g.w.Stale() {
+		return fmt.Errorf("%w: %w: %w: the broker's access watch stopped; %s may not %s on stream %q", auth.ErrNotAuthorized, ErrNotSynced, ErrStale, p, op, stream)
+	}
 	if !g.w.Synced() {
 		return fmt.Errorf("%w: %w: %s may not %s on stream %q yet; retry shortly", auth.ErrNotAuthorized, ErrNotSynced, p, op, stream)
 	}

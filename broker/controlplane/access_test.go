@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/auth"
@@ -79,7 +80,9 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	must(err)
 	w, err := cp.NewAccessWatcher(auth.NewTable())
 	must(err)
-	go func() { _ = w.Run(ctx) }()
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() { _ = w.Run(runCtx) }()
 	if !w.WaitForSync(ctx) || !w.Synced() {
 		t.Fatal("no sync")
 	}
@@ -123,6 +126,37 @@ func TestAccessWatcherFollowsUsersAndCluster(t *testing.T) {
 	if err := a.Authorize(aliceP, auth.OpAppend, "orders"); !errors.Is(err, auth.ErrNotAuthorized) ||
 		!strings.Contains(err.Error(), "certificate was issued to an earlier FelixUser of this name") {
 		t.Fatalf("the earlier alice's certificate: %v", err)
+	}
+
+	// [L10] The watch stops: anonymous reads, allowed a moment ago, are
+	// refused as stale.
+	stopRun()
+	poll(t, ctx, "refused as stale after the watch stopped", func() bool {
+		return errors.Is(a.Authorize(anon, auth.OpRead, "orders"), ErrStale) && !a.(auth.AnonymousGate).AnonymousAllowed()
+	})
+}
+
+// TestAccessAuthorizerRefusesWhenStale [L10]: once the watch has stopped,
+// the table it fed is not trusted: every request is refused with
+// ErrStale, and anonymous connections too.
+func TestAccessAuthorizerRefusesWhenStale(t *testing.T) {
+	w := &AccessWatcher{table: auth.NewTable(), registered: make(chan struct{})}
+	w.table.Set("alice", "u1", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend}}})
+	w.table.SetAnonymous([]auth.Grant{{Prefix: true, Ops: []auth.Operation{auth.OpRead}}}, true)
+	w.synced = []toolscache.InformerSynced{func() bool { return true }}
+	close(w.registered)
+	a := w.Authorizer()
+	alice := auth.Principal{Kind: auth.User, Name: "alice", UID: "u1"}
+	if err := a.Authorize(alice, auth.OpAppend, "orders"); err != nil {
+		t.Fatalf("synced: %v", err)
+	}
+	w.stopped.Store(true) // what Run does when it returns
+	err := a.Authorize(alice, auth.OpAppend, "orders")
+	if !errors.Is(err, auth.ErrNotAuthorized) || !errors.Is(err, ErrStale) || !errors.Is(err, ErrNotSynced) {
+		t.Fatalf("after the watch stopped: %v", err)
+	}
+	if a.(auth.AnonymousGate).AnonymousAllowed() {
+		t.Fatal("anonymous allowed after the watch stopped")
 	}
 }
 

@@ -111,6 +111,10 @@ type Config struct {
 	// ServerOptions are passed to the protocol server (Shards, StorageID,
 	// Replication and Metrics are set by the member).
 	ServerOptions server.Options
+	// PeerMaxConnections and PeerMaxConnectionsPerAddress bound the peer
+	// port's connections; zero means DefaultPeerMaxConnections and
+	// DefaultPeerMaxConnectionsPerAddress.
+	PeerMaxConnections, PeerMaxConnectionsPerAddress int
 	// ShutdownTimeout bounds the drain on stop.
 	ShutdownTimeout time.Duration
 	// Log receives progress.
@@ -181,7 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	go func() { _ = httpSrv.Serve(cfg.HTTP) }()
+	go func() { _ = httpSrv.Serve(server.LimitHTTPListener(cfg.HTTP, 0)) }()
 	defer func() { _ = httpSrv.Close() }()
 	if metricsSrv != nil {
 		go func() { _ = metricsSrv.Serve(metricsL) }()
@@ -256,6 +260,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var tlsMetrics *TLSMetrics
+	var peerFailed func(replication.NodeID, error)
+	if !cfg.Insecure {
+		if tlsMetrics, err = NewTLSMetrics(reg, cfg.TLS); err != nil {
+			return err
+		}
+		peerFailed = tlsMetrics.DialFailed
+	}
 	store, err := logstore.Open(logstore.Options{Dir: filepath.Join(cfg.DataDir, LogStoreDir), Fsync: cfg.Fsync,
 		FsyncInterval: cfg.FsyncInterval, SegmentRecords: cfg.SegmentRecords, ValueThreshold: logstore.BrokerValueThreshold, CommitLogValues: cfg.CommitLogValues,
 		LastRun: LastRunOf(identified.Decision()), Logger: log.WithName("logstore"), Metrics: metrics,
@@ -287,7 +299,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	mgr, err := replica.NewManager(replica.Options{
 		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
-		Resolve: resolver.resolve, ClientAddr: resolver.clientAddr, PeerTLS: peerTLS, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
+		Resolve: resolver.resolve, ClientAddr: resolver.clientAddr, PeerTLS: peerTLS, PeerConnectFailed: peerFailed, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
 		MaintainInterval: cfg.MaintainInterval, Metrics: maintMetrics,
 		OnReport: func(r replication.Report, viewAt time.Time) {
 			reports.Set(shardName(r.Shard), toShardReport(r, viewAt, time.Now()))
@@ -311,7 +323,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		go func() {
 			if err := access.Run(runCtx); err != nil && runCtx.Err() == nil {
-				log.Error(err, "access watch stopped")
+				log.Error(err, "access watch stopped: every client request is refused (authorization data is stale) until the broker restarts")
 			}
 		}()
 		authz = access.Authorizer()
@@ -325,6 +337,13 @@ func Run(ctx context.Context, cfg Config) error {
 	var peerSrv *server.Server
 	if !cfg.Insecure {
 		pso.Logger = log.WithName("peer-server")
+		pso.OnTLSHandshakeError = tlsMetrics.AcceptFailed
+		if cfg.PeerMaxConnections > 0 {
+			pso.MaxConnections = cfg.PeerMaxConnections
+		}
+		if cfg.PeerMaxConnectionsPerAddress > 0 {
+			pso.MaxConnectionsPerAddress = cfg.PeerMaxConnectionsPerAddress
+		}
 		peerSrv = server.New(mgr.Shards(), pso)
 	}
 	watcher, err := cp.NewShardWatcher()
@@ -416,7 +435,7 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 	if cfg.Profiles && cfg.Insecure {
 		h = server.WithProfiles(h)
 	}
-	probes = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	probes = server.NewHTTPServer(h)
 	if cfg.Metrics == nil {
 		if !cfg.Insecure {
 			log.Info("no metrics listener: /metrics is not served")
@@ -430,7 +449,7 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 		mh = server.WithProfiles(mh)
 	}
 	if cfg.Insecure {
-		return probes, &http.Server{Handler: mh, ReadHeaderTimeout: 10 * time.Second}, cfg.Metrics, nil
+		return probes, server.NewHTTPServer(mh), server.LimitHTTPListener(cfg.Metrics, 0), nil
 	}
 	if cfg.MetricsAuth == nil {
 		return nil, nil, nil, errors.New("member: a metrics listener needs MetricsAuth")
@@ -443,6 +462,6 @@ func httpServers(cfg Config, ready func() error, reg *prometheus.Registry, log l
 		mo.Log = log.WithName("metricsauth")
 	}
 	tc := pki.ClientPortConfig(cfg.TLS)
-	metrics = &http.Server{Handler: metricsauth.New(mo).Wrap(mh), ReadHeaderTimeout: 10 * time.Second}
-	return probes, metrics, tls.NewListener(cfg.Metrics, tc), nil
+	metrics = server.NewHTTPServer(metricsauth.New(mo).Wrap(mh))
+	return probes, metrics, tls.NewListener(server.LimitHTTPListener(cfg.Metrics, 0), tc), nil
 }

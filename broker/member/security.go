@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"time"
 
 	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/replication"
@@ -101,6 +102,22 @@ func MetricsCertificate(src *pki.Source) func(cs *tls.ConnectionState) error {
 	}
 }
 
+// Bounds of the peer port (the client port's are server.Options', set
+// by --max-connections and --max-connections-per-address). A broker opens
+// one replication connection to each peer (broker/peer.Pool), re-dialled
+// when lost, so a cluster of n brokers holds n-1 on each peer port.
+const (
+	// DefaultPeerMaxConnections bounds the peer port's open connections
+	// (Config.PeerMaxConnections, --peer-max-connections).
+	DefaultPeerMaxConnections = 64
+	// DefaultPeerMaxConnectionsPerAddress bounds those from one IP (one
+	// broker pod; a few while an old connection is being torn down).
+	DefaultPeerMaxConnectionsPerAddress = 8
+	// DefaultPeerHandshakeTimeout bounds accept to Hello on the peer
+	// port (the dialing broker's own bound is 5s).
+	DefaultPeerHandshakeTimeout = 5 * time.Second
+)
+
 // ServerOptions are the options of a member's two protocol servers,
 // derived from base (limits, logger, metrics, storage id) and the
 // replication handler they share.
@@ -108,7 +125,9 @@ func MetricsCertificate(src *pki.Source) func(cs *tls.ConnectionState) error {
 // Secure (src set): the client port serves TLS (pki.ClientPortConfig)
 // with RoleClient, AuthenticateClient and authz, and refuses replication
 // frames; the peer port serves mTLS (pki.PeerServerConfig) with RolePeer
-// and AuthenticatePeer, only to brokers.
+// and AuthenticatePeer, only to brokers, with the peer port's bounds
+// (DefaultPeerMaxConnections and the others above). Both compare
+// connection certificates' expiry with src's clock.
 //
 // Insecure (src nil, --insecure-no-tls, for tests and development only):
 // one plaintext client port, every connection anonymous and allowed
@@ -126,12 +145,19 @@ func ServerOptions(base server.Options, repl server.ReplicationHandler, src *pki
 		client.InsecurePeersOnClientPort = true
 		return client, server.Options{}
 	}
+	client.Now = src.Now
 	client.TLS = pki.ClientPortConfig(src)
 	client.Authenticate = AuthenticateClient(src)
 	client.Authorizer = authz
 	client.InsecurePeersOnClientPort = false
 
 	peer = base
+	peer.Now = src.Now
+	// A broker opens one connection to each peer it replicates with:
+	// the peer port needs far fewer than the client port.
+	peer.MaxConnections = DefaultPeerMaxConnections
+	peer.MaxConnectionsPerAddress = DefaultPeerMaxConnectionsPerAddress
+	peer.HandshakeTimeout = DefaultPeerHandshakeTimeout
 	peer.Replication = repl
 	peer.Role = server.RolePeer
 	peer.TLS = pki.PeerServerConfig(src)

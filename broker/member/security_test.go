@@ -114,6 +114,8 @@ type testMember struct {
 	mgr        *replica.Manager
 	clientAddr string
 	peerAddr   string
+	// reg holds the member's TLS metrics (NewTLSMetrics).
+	reg *prometheus.Registry
 }
 
 func startMember(t *testing.T, ca *pki.CA, name string, id byte, reg *peers, authz auth.Authorizer) *testMember {
@@ -138,6 +140,12 @@ func startMember(t *testing.T, ca *pki.CA, name string, id byte, reg *peers, aut
 		t.Fatal(err)
 	}
 	cso, pso := ServerOptions(server.Options{StorageID: m.id[:]}, m.mgr.ReplicationHandler(), src, authz)
+	m.reg = prometheus.NewRegistry()
+	tm, err := NewTLSMetrics(m.reg, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pso.OnTLSHandshakeError = tm.AcceptFailed
 	if pso.Role != server.RolePeer || cso.Role != server.RoleClient || cso.TLS == nil || pso.TLS == nil || cso.InsecurePeersOnClientPort {
 		t.Fatalf("secure ServerOptions: client %+v, peer %+v", cso.Role, pso.Role)
 	}
@@ -377,6 +385,106 @@ func TestPeerPortRefusesUserCertificateAtHandshake(t *testing.T) {
 		t.Fatalf("broker certificate: %v", err)
 	}
 	_ = tc.Close()
+	// [L1] The refusals are counted, by reason, on the accepting side.
+	eventually(t, "handshake refusals counted", func() bool {
+		return gauge(t, m.reg, "felix_broker_peer_handshake_failures_total", "reason", ReasonNotBroker) == 2 &&
+			gauge(t, m.reg, "felix_broker_peer_handshake_failures_total", "reason", ReasonHandshakeOther) == 1
+	})
+}
+
+// gauge returns the value of the sample of name whose label key is value
+// (summed over other labels), from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name, key, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := key == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == key && l.GetValue() == value {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestTLSMetricsExpiryAndReloadFailures [M3]: the certificate expiry
+// gauge is the served chain's NotAfter, and a refused reload (another
+// broker's certificate) is counted while the old one is kept.
+func TestTLSMetricsExpiryAndReloadFailures(t *testing.T) {
+	ca, err := pki.NewCA("test-ca", time.Now(), 24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeCert(t, ca, identity(pki.KindBroker, "logs-0"), dir)
+	src, err := pki.NewSource(pki.SourceOptions{Files: pki.DirFiles(dir), MinCheck: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := NewTLSMetrics(reg, src); err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := src.Current()
+	if got := gauge(t, reg, "felix_broker_tls_certificate_expiry_timestamp_seconds", "", ""); got != float64(c.Leaf.NotAfter.Unix()) {
+		t.Fatalf("expiry %v, want %v", got, c.Leaf.NotAfter.Unix())
+	}
+	if got := gauge(t, reg, "felix_broker_tls_reload_failures_total", "", ""); got != 0 {
+		t.Fatalf("reload failures %v", got)
+	}
+	writeCert(t, ca, identity(pki.KindBroker, "logs-1"), dir)
+	if got := gauge(t, reg, "felix_broker_tls_reload_failures_total", "", ""); got != 1 {
+		t.Fatalf("reload failures %v after another broker's certificate, want 1", got)
+	}
+	if src.Self() != identity(pki.KindBroker, "logs-0") {
+		t.Fatalf("Self = %s", src.Self())
+	}
+}
+
+// TestPeerPortBounds [L11]: the peer port takes the peer bounds, the client
+// port keeps the ones it was given.
+func TestPeerPortBounds(t *testing.T) {
+	ca, err := pki.NewCA("test-ca", time.Now(), 24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeCert(t, ca, identity(pki.KindBroker, "logs-0"), dir)
+	src, err := pki.NewSource(pki.SourceOptions{Files: pki.DirFiles(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := server.Options{MaxConnections: 1024, MaxConnectionsPerAddress: 256, HandshakeTimeout: 10 * time.Second}
+	cso, pso := ServerOptions(base, nil, src, auth.NewTable())
+	if cso.MaxConnections != 1024 || cso.MaxConnectionsPerAddress != 256 || cso.HandshakeTimeout != 10*time.Second {
+		t.Fatalf("client port bounds %d %d %v", cso.MaxConnections, cso.MaxConnectionsPerAddress, cso.HandshakeTimeout)
+	}
+	if pso.MaxConnections != DefaultPeerMaxConnections || pso.MaxConnectionsPerAddress != DefaultPeerMaxConnectionsPerAddress ||
+		pso.HandshakeTimeout != DefaultPeerHandshakeTimeout {
+		t.Fatalf("peer port bounds %d %d %v", pso.MaxConnections, pso.MaxConnectionsPerAddress, pso.HandshakeTimeout)
+	}
+	if cso.Now == nil || pso.Now == nil {
+		t.Fatal("the servers do not take the Source's clock")
+	}
 }
 
 // Rotated certificate files are presented by the next handshake, without

@@ -2,6 +2,7 @@ package metricsauth
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -165,5 +166,107 @@ func TestCacheBounded(t *testing.T) {
 	}
 	if _, _, found := c.get("9", now); !found {
 		t.Fatal("newest entry evicted")
+	}
+}
+
+// TestJunkTokensArePacedAndSpareRealScrapers [M5]: a flood of distinct junk
+// tokens costs at most the review burst (then 429 without asking the API
+// server), and never evicts a real scraper's cached answer.
+func TestJunkTokensArePacedAndSpareRealScrapers(t *testing.T) {
+	api := &fakeAPI{tokens: map[string]string{"good": "prom"}, allowed: map[string]bool{"prom": true}}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	f := New(Options{Tokens: api.tokenReviewer(), Access: api.accessReviewer(), Now: clock,
+		MaxEntries: 4, NegativeEntries: 4, ReviewRate: 1, ReviewBurst: 5})
+	h := f.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	if got := get(t, h, "good", nil); got != 200 {
+		t.Fatalf("real scraper: %d", got)
+	}
+	r0, _ := api.counts() // 1 token review, and 1 access review: 2 of the burst of 5
+	codes := map[int]int{}
+	for i := range 100 {
+		codes[get(t, h, fmt.Sprintf("junk-%d", i), nil)]++
+	}
+	r1, _ := api.counts()
+	if r1-r0 != 3 || codes[401] != 3 || codes[429] != 97 {
+		t.Fatalf("100 junk tokens: %d token reviews, answers %v; want 3 reviews (the rest of the burst), 3×401, 97×429", r1-r0, codes)
+	}
+	// The real scraper is still answered from its cache.
+	if got := get(t, h, "good", nil); got != 200 {
+		t.Fatalf("real scraper after the flood: %d", got)
+	}
+	// A refused token is answered from the negative cache.
+	if got := get(t, h, "junk-0", nil); got != 401 {
+		t.Fatalf("cached junk: %d", got)
+	}
+	if r, _ := api.counts(); r != r1 {
+		t.Fatalf("reviews %d after cached answers, want %d", r, r1)
+	}
+	// The budget refills with the clock.
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	if got := get(t, h, "junk-99", nil); got != 401 {
+		t.Fatalf("after refill: %d, want 401", got)
+	}
+}
+
+// blockingReviewer counts TokenReviews and holds each until released.
+type blockingReviewer struct {
+	calls   chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingReviewer) Create(ctx context.Context, r *authnv1.TokenReview, _ metav1.CreateOptions) (*authnv1.TokenReview, error) {
+	b.calls <- struct{}{}
+	<-b.release
+	return r.DeepCopy(), nil // not authenticated
+}
+
+// TestOneReviewInFlightPerToken [M5]: concurrent requests with the same
+// new token share one TokenReview.
+func TestOneReviewInFlightPerToken(t *testing.T) {
+	br := &blockingReviewer{calls: make(chan struct{}, 100), release: make(chan struct{})}
+	api := &fakeAPI{}
+	f := New(Options{Tokens: br, Access: api.accessReviewer()})
+	h := f.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	const n = 10
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			r.Header.Set("Authorization", "Bearer same")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			codes <- w.Code
+		}()
+	}
+	<-br.calls // the first review is in flight: the others join it
+	key := "t\x00" + func() string { s := sha256.Sum256([]byte("same")); return string(s[:]) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		w := 0
+		if fl := f.flights[key]; fl != nil {
+			w = fl.waiters
+		}
+		f.mu.Unlock()
+		if w == n-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests waiting for the review in flight, want %d", w, n-1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(br.release)
+	for range n {
+		if c := <-codes; c != 401 {
+			t.Fatalf("answer %d, want 401", c)
+		}
+	}
+	if extra := len(br.calls); extra != 0 {
+		t.Fatalf("%d more TokenReviews for the same token, want none", extra)
 	}
 }

@@ -74,8 +74,14 @@ type Options struct {
 	// frames of one connection are never reordered or silently skipped.
 	QueueFrames int
 	QueueBytes  int64
-	// Logger receives connection events; zero discards.
+	// Logger receives connection events; zero discards. A failing peer is
+	// logged at Info when its failure changes (the first failure, one of
+	// another kind, the recovery), each retry only at V(1).
 	Logger logr.Logger
+	// OnConnectFailed, when set, is called with every failed connection
+	// attempt's error (resolve, dial, TLS handshake wrapped in
+	// ErrTLSHandshake, Hello), for counting.
+	OnConnectFailed func(node replication.NodeID, err error)
 }
 
 func (o Options) withDefaults() Options {
@@ -249,10 +255,16 @@ func (p *Pool) Close() {
 	p.wg.Wait()
 }
 
+// failureKind is what makes two connection failures the same for
+// logging: their text (the address, the TLS alert or verification error,
+// the refusal), so a change of cause is logged at Info again.
+func failureKind(err error) string { return err.Error() }
+
 // run dials node until ctx ends, serving each connection until it fails.
 func (p *Pool) run(ctx context.Context, l *link) {
 	log := p.o.Logger.WithValues("peer", l.node)
 	failures := 0
+	lastFailure := "" // the kind of the last failure logged at Info
 	for ctx.Err() == nil {
 		c, err := p.connect(ctx, l.node)
 		if err != nil {
@@ -260,7 +272,15 @@ func (p *Pool) run(ctx context.Context, l *link) {
 				return
 			}
 			failures++
-			log.V(1).Info("replication connection failed", "error", err.Error(), "failures", failures)
+			if p.o.OnConnectFailed != nil {
+				p.o.OnConnectFailed(l.node, err)
+			}
+			if kind := failureKind(err); kind != lastFailure {
+				lastFailure = kind
+				log.Info("replication connection failing", "error", err.Error(), "failures", failures)
+			} else {
+				log.V(1).Info("replication connection failed", "error", err.Error(), "failures", failures)
+			}
 			if errors.Is(err, errLookup) {
 				p.o.Events.LookupFailed(l.node)
 			}
@@ -270,6 +290,10 @@ func (p *Pool) run(ctx context.Context, l *link) {
 				return
 			}
 			continue
+		}
+		if lastFailure != "" {
+			log.Info("replication connection recovered", "conn", c.id, "after", failures)
+			lastFailure = ""
 		}
 		failures = 0
 		p.mu.Lock()

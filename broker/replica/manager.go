@@ -62,6 +62,7 @@ func NewManager(o Options) (*Manager, error) {
 	m.pool = peer.NewPool(peer.Options{
 		Self: o.Self, StorageID: m.selfB, Resolve: resolve, Dial: o.Dial, TLS: o.PeerTLS, Events: poolEvents{m},
 		ConnIDs: m.ids, Backoff: o.Backoff, After: o.After, Logger: o.Logger.WithName("peer"),
+		OnConnectFailed: o.PeerConnectFailed,
 	})
 	m.maintDone = make(chan struct{})
 	if o.MaintainInterval > 0 {

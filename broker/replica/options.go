@@ -50,6 +50,9 @@ type Options struct {
 	// PeerTLS, when set, is the TLS client configuration for dialing each
 	// peer (peer.Options.TLS); nil: plain connections.
 	PeerTLS func(replication.NodeID) *tls.Config
+	// PeerConnectFailed, when set, is told every failed attempt to
+	// connect to a peer (peer.Options.OnConnectFailed).
+	PeerConnectFailed func(replication.NodeID, error)
 	// Backoff spaces reconnection attempts to a peer.
 	Backoff peer.Backoff
 	// After is the clock that waits out a reconnection backoff and a

@@ -42,6 +42,12 @@ type conn struct {
 	// principal is who the connection authenticated as, set by the
 	// handshake before any request is read.
 	principal auth.Principal
+	// notAfter is the earliest NotAfter of the certificate chain the
+	// peer presented (zero: none presented); once Options.Now passes it
+	// the connection is refused (certExpired).
+	notAfter atomic.Int64 // UnixNano; 0: none
+	// expired is set by the server's certificate check (expireCheck).
+	expired atomic.Bool
 	// warnedRepl: a refused replication frame was logged (reader only).
 	warnedRepl bool
 
@@ -87,6 +93,45 @@ func (c *conn) drain() {
 	c.dmu.Lock()
 	c.draining = true
 	_ = c.nc.SetReadDeadline(time.Now())
+	c.dmu.Unlock()
+}
+
+// errCertExpired answers the requests of a connection whose certificate
+// expired.
+var errCertExpired = &wire.Error{Code: wire.CodeUnauthenticated, Message: "certificate expired"}
+
+// certExpired reports whether the certificate the connection presented
+// has expired by the server's clock.
+func (c *conn) certExpired() bool {
+	na := c.notAfter.Load()
+	if na == 0 {
+		return false
+	}
+	if c.expired.Load() {
+		return true
+	}
+	if c.s.opts.Now().After(time.Unix(0, na)) {
+		c.expired.Store(true)
+		return true
+	}
+	return false
+}
+
+// expireCheck is the server's periodic check: a connection whose
+// certificate expired stops waiting (follow-mode reads end) and its reader
+// wakes to refuse it.
+func (c *conn) expireCheck(now time.Time) {
+	na := c.notAfter.Load()
+	if na == 0 || c.expired.Load() || !now.After(time.Unix(0, na)) {
+		return
+	}
+	c.expired.Store(true)
+	c.log.Info("closing connection: its certificate expired", "notAfter", time.Unix(0, na).UTC())
+	c.waitCancel()
+	c.dmu.Lock()
+	if !c.draining {
+		_ = c.nc.SetReadDeadline(time.Now())
+	}
 	c.dmu.Unlock()
 }
 
@@ -151,6 +196,21 @@ func (c *conn) handshake(br *bufio.Reader) bool {
 	if !c.setReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout)) {
 		return false
 	}
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		// The TLS handshake first, on its own, so that its refusals
+		// (VerifyConnection) are seen and counted.
+		_ = tc.SetWriteDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
+		if err := tc.HandshakeContext(c.waitCtx); err != nil {
+			if !c.isDraining() {
+				c.s.opts.Metrics.connDropped("tls-handshake")
+				c.log.V(1).Info("TLS handshake failed", "error", err.Error())
+				if cb := c.s.opts.OnTLSHandshakeError; cb != nil {
+					cb(err)
+				}
+			}
+			return false
+		}
+	}
 	f, err := wire.ReadFrame(br, min(c.s.opts.MaxFrameSize, maxHelloFrame))
 	if err != nil {
 		if c.isDraining() {
@@ -207,6 +267,17 @@ func (c *conn) authenticate() bool {
 			st := tc.ConnectionState()
 			cs = &st
 		}
+		if cs != nil {
+			var na time.Time
+			for _, pc := range cs.PeerCertificates {
+				if na.IsZero() || pc.NotAfter.Before(na) {
+					na = pc.NotAfter
+				}
+			}
+			if !na.IsZero() {
+				c.notAfter.Store(na.UnixNano())
+			}
+		}
 		var err error
 		if p, err = o.Authenticate(cs); err != nil {
 			c.violation("unauthenticated", &wire.Error{Code: wire.CodeUnauthenticated, Message: err.Error()})
@@ -262,6 +333,10 @@ func (c *conn) readLoop(br *bufio.Reader) {
 		if c.isDraining() {
 			return
 		}
+		if c.certExpired() {
+			c.violation("certificate-expired", errCertExpired)
+			return
+		}
 		// A frame already whole in the buffer is read without touching
 		// the connection, so it needs no deadline (the pipelined case).
 		buffered := frameBuffered(br)
@@ -280,6 +355,10 @@ func (c *conn) readLoop(br *bufio.Reader) {
 				if c.isDraining() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 					return
 				}
+				if errors.Is(err, os.ErrDeadlineExceeded) && c.certExpired() {
+					c.violation("certificate-expired", errCertExpired)
+					return
+				}
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					// A connection waiting for its own answers (a
 					// follow read parked at the broker) is not idle.
@@ -288,6 +367,10 @@ func (c *conn) readLoop(br *bufio.Reader) {
 					}
 					c.violation("idle", &wire.Error{Code: wire.CodeBadRequest, Message: "idle timeout"})
 				}
+				return
+			}
+			if c.certExpired() {
+				c.violation("certificate-expired", errCertExpired)
 				return
 			}
 			// The frame has begun: all of it must arrive within

@@ -271,6 +271,9 @@ func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, h
 		}
 		cancel()
 	}
+	if c.certExpired() {
+		err = errCertExpired
+	}
 	if err != nil {
 		c.fail(reqID, "read", start, held, err)
 		return

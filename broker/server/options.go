@@ -63,6 +63,9 @@ const (
 	// waiting to go out on one replication connection.
 	DefaultPeerQueueFrames = 4096
 	DefaultPeerQueueBytes  = 64 << 20
+	// DefaultCertCheckInterval is how often the server compares its clock
+	// with the certificate expiry of every authenticated connection.
+	DefaultCertCheckInterval = time.Second
 )
 
 // maxHelloFrame bounds the first frame of a connection: a Hello is a few
@@ -188,6 +191,22 @@ type Options struct {
 	// defaults above.
 	PeerQueueFrames int
 	PeerQueueBytes  int64
+
+	// Now is the clock a connection's certificate expiry is compared
+	// with (the broker passes pki.Source.Now); nil means time.Now.
+	Now func() time.Time
+	// CertCheckInterval is how often every connection that presented a
+	// certificate is checked against Now: once Now passes the earliest
+	// NotAfter of the chain it presented, its next request (and any read
+	// waiting in follow mode) is answered Unauthenticated "certificate
+	// expired" and the connection is closed. Zero means
+	// DefaultCertCheckInterval.
+	CertCheckInterval time.Duration
+	// OnTLSHandshakeError, when set, is called with the error of every
+	// failed TLS handshake (the refusal of a certificate by the TLS
+	// configuration's VerifyConnection, a wrong protocol, a timeout), so
+	// the caller can count refusals the Hello never sees.
+	OnTLSHandshakeError func(err error)
 }
 
 func (o Options) withDefaults() Options {
@@ -262,6 +281,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PeerQueueBytes <= 0 {
 		o.PeerQueueBytes = DefaultPeerQueueBytes
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.CertCheckInterval <= 0 {
+		o.CertCheckInterval = DefaultCertCheckInterval
 	}
 	return o
 }

@@ -44,6 +44,7 @@ type Server struct {
 	draining  bool
 	serving   atomic.Int32 // listeners in Serve
 	wg        sync.WaitGroup
+	checkOnce sync.Once // starts expiryLoop at the first Serve
 }
 
 // New returns a server that answers requests from shards.
@@ -73,6 +74,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listeners[l] = struct{}{}
 	s.serving.Add(1)
 	s.mu.Unlock()
+	s.checkOnce.Do(func() { go s.expiryLoop() })
 	defer s.serving.Add(-1)
 	backoff := time.Duration(0)
 	for {
@@ -130,6 +132,26 @@ func (s *Server) Serve(l net.Listener) error {
 			}
 			s.mu.Unlock()
 		}()
+	}
+}
+
+// expiryLoop checks every CertCheckInterval, until draining starts, the
+// certificate expiry of every connection (conn.expireCheck).
+func (s *Server) expiryLoop() {
+	t := time.NewTicker(s.opts.CertCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.waitCtx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.opts.Now()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.expireCheck(now)
+		}
+		s.mu.Unlock()
 	}
 }
 

@@ -52,15 +52,17 @@ type brokerFlags struct {
 	verbosity                 int
 
 	// Limits against hostile or buggy clients (server.Options).
-	idleTimeout     time.Duration
-	maxPerAddress   int
-	maxFrameMemory  int64
-	frameMemoryWait time.Duration
-	peerQueueBytes  int64
-	maxShards       int
-	pprof           bool
-	minFree         byteSize
-	spaceInterval   time.Duration
+	idleTimeout   time.Duration
+	maxPerAddress int
+	// peerMaxConns and peerMaxPerAddress bound the peer port (cluster mode).
+	peerMaxConns, peerMaxPerAddress int
+	maxFrameMemory                  int64
+	frameMemoryWait                 time.Duration
+	peerQueueBytes                  int64
+	maxShards                       int
+	pprof                           bool
+	minFree                         byteSize
+	spaceInterval                   time.Duration
 
 	// Cluster mode.
 	cluster, broker, namespace string
@@ -140,6 +142,8 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "standalone, with --tls-cert: require a client certificate signed by a CA of this PEM bundle (its subject CN names the client in logs; every such client may do everything)")
 	fl.StringVar(&f.tlsDir, "tls-dir", "", "cluster mode: directory of the broker's certificate Secret (tls.crt, tls.key, ca.crt), re-read when it changes; required unless --insecure-no-tls")
 	fl.StringVar(&f.peerListen, "peer-listen", "127.0.0.1:7072", "cluster mode: peer (replication) address HOST:PORT, mutual TLS, the cluster's brokers only")
+	fl.IntVar(&f.peerMaxConns, "peer-max-connections", member.DefaultPeerMaxConnections, "cluster mode: open connections allowed on the peer port (a broker opens one to each peer)")
+	fl.IntVar(&f.peerMaxPerAddress, "peer-max-connections-per-address", member.DefaultPeerMaxConnectionsPerAddress, "cluster mode: open peer-port connections allowed from one remote IP address")
 	fl.StringVar(&f.advertisePeer, "advertise-peer", "", "cluster mode: HOST:PORT peers dial for replication (default: the --peer-listen address)")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address HOST:PORT for /metrics; cluster mode: HTTPS with the broker's certificate, scrapers authenticate with a bearer token allowed to get /metrics or a broker/operator certificate (empty: /metrics not served); standalone: moves /metrics off --http")
 	fl.BoolVar(&f.insecureNoTLS, "insecure-no-tls", false, "cluster mode, for tests and development only: no TLS, no peer port (peers replicate over --listen), no authentication (every client may do everything); never use it in production")
@@ -288,10 +292,11 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 			_ = hl.Close()
 			return err
 		}
+		ml = server.LimitHTTPListener(ml, 0)
 		if tlsConf != nil {
 			ml = tls.NewListener(ml, tlsConf)
 		}
-		metricsSrv = &http.Server{Handler: server.MetricsHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		metricsSrv = server.NewHTTPServer(server.MetricsHandler(reg))
 		go func() { _ = metricsSrv.Serve(ml) }()
 		defer func() { _ = metricsSrv.Close() }()
 		handler = server.HealthHandler(readiness)
@@ -301,13 +306,13 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	if f.pprof {
 		handler = server.WithProfiles(handler)
 	}
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := server.NewHTTPServer(handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pl) }()
 	if f.maintainInterval > 0 {
 		go maintain(cmd.Context(), log.WithName("maintain"), store, maintMetrics, f.maintainInterval)
 	}
-	go func() { _ = httpSrv.Serve(hl) }()
+	go func() { _ = httpSrv.Serve(server.LimitHTTPListener(hl, 0)) }()
 
 	hello, _ := json.Marshal(map[string]string{"msg": "serving", "listen": pl.Addr().String(), "http": hl.Addr().String(),
 		"storageID": id.String(), "fsync": mode.String(), "decision": running.Decision().Reason.String()})

@@ -74,7 +74,7 @@ func (t *tlsFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&t.ca, "tls-ca", "", "trust bundle (PEM) the broker's certificate must verify against; alone: anonymous over TLS; env "+envTLSCA)
 	fl.StringVar(&t.dir, "tls-dir", "", "directory laid out like a FelixUser Secret: tls.crt, tls.key, ca.crt (--tls-cert/--tls-key/--tls-ca override its files); env "+envTLSDir)
 	fl.StringVar(&t.serverName, "tls-server-name", "", "also require this DNS name in the broker's certificate (sent as SNI); env "+envTLSServerName)
-	fl.StringVar(&t.cluster, "cluster", "", "NAMESPACE/NAME: require the broker to be a broker of this FelixCluster (implies TLS)")
+	fl.StringVar(&t.cluster, "cluster", "", "NAMESPACE/NAME: require the broker to be a broker of this FelixCluster (implies TLS; default: the client certificate's own cluster)")
 }
 
 // tlsSettings is the resolved TLS configuration of a client command.

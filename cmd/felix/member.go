@@ -121,6 +121,7 @@ func runMember(cmd *cobra.Command, f brokerFlags, log logr.Logger, mode logstore
 		DataDir: f.dataDir, Fsync: mode, FsyncInterval: f.fsyncInterval, CommitLogValues: f.batchesInLog,
 		Listen: pl, HTTP: hl, Advertise: f.advertise,
 		PeerListen: ppl, AdvertisePeer: f.advertisePeer, Metrics: ml, MetricsAuth: metricsAuth,
+		PeerMaxConnections: f.peerMaxConns, PeerMaxConnectionsPerAddress: f.peerMaxPerAddress,
 		TLS: src, Insecure: f.insecureNoTLS,
 		REST: restCfg, Namespace: f.namespace, Cluster: f.cluster, Broker: f.broker,
 		HeartbeatInterval: f.heartbeatInterval, NodeExpiry: f.nodeExpiry, PassInterval: f.passInterval, ReportRefresh: f.reportRefresh,

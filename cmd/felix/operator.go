@@ -59,7 +59,7 @@ func newOperatorCmd() *cobra.Command {
 	f.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	f.StringVar(&o.leaderElectID, "leader-election-id", "felix-operator.felix.dev", "name of the leader-election Lease")
 	f.StringSliceVar(&o.watchNamespaces, "watch-namespaces", nil, "watch only these namespaces (comma-separated or repeated; default: all namespaces). With a Role per namespace instead of the ClusterRole; see docs/security.md")
-	f.StringVar(&o.brokerAuthRole, "broker-auth-delegator-role", controllers.DefaultBrokerAuthDelegatorRole, "ClusterRole bound to each cluster's broker ServiceAccount so brokers can authenticate and authorize scrapers of their /metrics by bearer token (\"\": no binding; the default with --watch-namespaces, whose Roles cannot write ClusterRoleBindings)")
+	f.StringVar(&o.brokerAuthRole, "broker-auth-delegator-role", controllers.DefaultBrokerAuthDelegatorRole, "ClusterRole whose shipped ClusterRoleBinding of the same name the operator adds each cluster's broker ServiceAccount to, so brokers can authenticate and authorize scrapers of their /metrics by bearer token (\"\": none; the default with --watch-namespaces, whose Roles cannot update ClusterRoleBindings)")
 	f.StringSliceVar(&o.watchNamespaces, "namespace", nil, "watch only this namespace")
 	_ = f.MarkDeprecated("namespace", "use --watch-namespaces")
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {

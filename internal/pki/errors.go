@@ -64,6 +64,13 @@ var (
 	// ErrNoMaterial: a Source has no certificate to serve (a zero or nil
 	// Source; NewSource never returns one).
 	ErrNoMaterial = errors.New("pki: no certificate material loaded")
+	// ErrIdentityChanged: reloaded files carry another felix identity
+	// than the one the Source serves (a Secret of another broker mounted
+	// by mistake); the Source keeps serving its identity.
+	ErrIdentityChanged = errors.New("pki: reloaded certificate has another identity")
+	// ErrLeafNotValid: a reloaded leaf (or a certificate of its chain) is
+	// not valid at the Source's clock: not yet valid or expired.
+	ErrLeafNotValid = errors.New("pki: reloaded certificate is not valid now")
 )
 
 // Peer verification errors. Every one of them fails the handshake (peer

@@ -67,6 +67,7 @@ type material struct {
 	cert  *tls.Certificate
 	pool  *x509.CertPool
 	roots []*x509.Certificate
+	chain []*x509.Certificate // leaf first, as in tls.crt
 	self  Identity
 }
 
@@ -93,7 +94,9 @@ func (a fileStamp) same(b fileStamp) bool {
 // compares a hash of their content. Changed content is loaded only if it
 // is consistent: the chain and key parse, the key is the leaf's, the
 // leaf carries one felix identity and its chain ends at a certificate of
-// the trust bundle. Otherwise (a half-written update, a bad edit) the
+// the trust bundle; and, unlike the first load, the identity is the one
+// served so far (ErrIdentityChanged) and every certificate of the chain is
+// valid at the Source's clock (ErrLeafNotValid). Otherwise (a half-written update, a bad edit) the
 // last good material keeps being served and the failure is counted
 // (Failures, LastError) and passed to OnReload; the same bad content is
 // not reported twice. A Source is safe for concurrent use.
@@ -108,6 +111,7 @@ type Source struct {
 	stamp     fileStamp // what that look saw
 	goodSum   [32]byte  // content hash of cur
 	badSum    [32]byte  // content hash of the last refused content
+	retryAt   time.Time // when refused, not yet valid content is tried again
 	cur       *material
 	reloads   uint64
 	failures  uint64
@@ -225,7 +229,10 @@ func (s *Source) maybeReloadLocked() (attempted bool, err error) {
 	s.checked = now
 	// Stat before reading: a change after the stat shows at the next look.
 	stamp, statErr := s.statFiles()
-	if statErr == nil && stamp.same(s.stamp) {
+	// Refused content that was only not yet valid is tried again once
+	// it should be.
+	retry := !s.retryAt.IsZero() && !now.Before(s.retryAt)
+	if statErr == nil && stamp.same(s.stamp) && !retry {
 		return false, nil
 	}
 	data, sum, err := s.readFiles()
@@ -239,13 +246,20 @@ func (s *Source) maybeReloadLocked() (attempted bool, err error) {
 		s.stamp, s.badSum, s.lastError = stamp, [32]byte{}, nil
 		return false, nil
 	case s.badSum: // refused already, and reported
-		s.stamp = stamp
-		return false, nil
+		if !retry {
+			s.stamp = stamp
+			return false, nil
+		}
 	}
-	s.stamp = stamp
+	s.stamp, s.retryAt = stamp, time.Time{}
 	if err == nil {
 		var m *material
 		if m, err = loadMaterial(data); err == nil {
+			if err = acceptReload(s.cur, m, now); err != nil && now.Before(m.cert.Leaf.NotBefore) {
+				s.retryAt = m.cert.Leaf.NotBefore
+			}
+		}
+		if err == nil {
 			s.cur, s.goodSum, s.badSum = m, sum, [32]byte{}
 			s.reloads++
 			s.lastError = nil
@@ -256,6 +270,40 @@ func (s *Source) maybeReloadLocked() (attempted bool, err error) {
 	s.failures++
 	s.lastError = err
 	return true, err
+}
+
+// acceptReload refuses new material that changes the identity served by
+// old, or whose chain is not valid at now.
+func acceptReload(old, m *material, now time.Time) error {
+	if m.self != old.self {
+		return fmt.Errorf("%w: serving %s, %s names %s", ErrIdentityChanged, old.self, CertFile, m.self)
+	}
+	for _, c := range m.chain {
+		if now.Before(c.NotBefore) {
+			return fmt.Errorf("%w: %s (%q) is valid only from %s", ErrLeafNotValid, CertFile, c.Subject, c.NotBefore.UTC().Format(time.RFC3339))
+		}
+		if now.After(c.NotAfter) {
+			return fmt.Errorf("%w: %s (%q) expired at %s", ErrLeafNotValid, CertFile, c.Subject, c.NotAfter.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// NotAfter returns the earliest NotAfter of the certificate chain served
+// now (the zero time for a Source NewSource did not return): when the
+// broker's certificate stops being accepted unless a renewal is loaded.
+func (s *Source) NotAfter() time.Time {
+	m, err := s.current()
+	if err != nil {
+		return time.Time{}
+	}
+	var na time.Time
+	for _, c := range m.chain {
+		if na.IsZero() || c.NotAfter.Before(na) {
+			na = c.NotAfter
+		}
+	}
+	return na
 }
 
 // fileData is the content of the three files.
@@ -324,12 +372,14 @@ func loadMaterial(d fileData) (*material, error) {
 	for _, r := range roots {
 		pool.AddCert(r)
 	}
-	return &material{cert: &tc, pool: pool, roots: roots, self: self}, nil
+	return &material{cert: &tc, pool: pool, roots: roots, chain: chain, self: self}, nil
 }
 
 // chainsToBundle checks, without regard to time, that each certificate
-// of chain is signed by the next and the last is in roots or signed by
-// one of them.
+// of chain is signed by the next and that one of them is in roots or
+// signed by one of them. The bundle may hold an intermediate CA (the CA
+// that signs a cluster's certificates, trusted without the root above
+// it) while the chain goes on to that root.
 func chainsToBundle(chain, roots []*x509.Certificate) error {
 	for i := 0; i+1 < len(chain); i++ {
 		if err := chain[i].CheckSignatureFrom(chain[i+1]); err != nil {
@@ -337,9 +387,11 @@ func chainsToBundle(chain, roots []*x509.Certificate) error {
 		}
 	}
 	top := chain[len(chain)-1]
-	for _, r := range roots {
-		if top.Equal(r) || top.CheckSignatureFrom(r) == nil {
-			return nil
+	for _, c := range chain {
+		for _, r := range roots {
+			if c.Equal(r) || c.CheckSignatureFrom(r) == nil {
+				return nil
+			}
 		}
 	}
 	return fmt.Errorf("%w: issuer %q of %s is not in %s", ErrNotSignedByBundle, top.Issuer, CertFile, CAFile)

@@ -54,12 +54,46 @@ func TestSourceReloadsAfterSymlinkSwap(t *testing.T) {
 		t.Fatal("reloaded unchanged files")
 	}
 
-	// A new identity is taken too.
-	third := mustIssue(t, ca, brokerID("b-1"), t0, time.Hour)
+	// A new identity is refused [M3]: the broker keeps being b-0.
+	third := mustIssue(t, ca, brokerID("b-1"), clk.Now(), time.Hour)
 	d.write(third.cert, third.key, ca.CertPEM())
 	clk.Advance(time.Second)
-	if s.Self() != brokerID("b-1") {
-		t.Fatalf("Self = %s after reload", s.Self())
+	if s.Self() != brokerID("b-0") || serial() != s2 {
+		t.Fatalf("Self = %s after a reload naming b-1", s.Self())
+	}
+	if s.Failures() != 1 || !errors.Is(s.LastError(), ErrIdentityChanged) {
+		t.Fatalf("failures %d last %v, want one ErrIdentityChanged", s.Failures(), s.LastError())
+	}
+}
+
+// TestSourceRetriesNotYetValid [M3]: a renewal whose NotBefore is still
+// ahead is refused, and taken once the clock reaches it.
+func TestSourceRetriesNotYetValid(t *testing.T) {
+	ca := mustCA(t, "ca")
+	clk := newClock(t0)
+	d := newSecretDir(t)
+	good := mustIssue(t, ca, brokerID("b-0"), t0, 4*time.Hour)
+	d.write(good.cert, good.key, ca.CertPEM())
+	s := mustSource(t, d, clk, nil)
+	early := mustIssue(t, ca, brokerID("b-0"), t0.Add(2*time.Hour), 4*time.Hour)
+	d.write(early.cert, early.key, ca.CertPEM())
+	clk.Advance(time.Second)
+	c, _, _ := s.Current()
+	if !c.Leaf.Equal(mustCerts(t, good.cert)[0]) || !errors.Is(s.LastError(), ErrLeafNotValid) || s.Failures() != 1 {
+		t.Fatalf("not yet valid leaf: failures %d last %v", s.Failures(), s.LastError())
+	}
+	clk.Advance(time.Minute)
+	s.Current()
+	if s.Failures() != 1 {
+		t.Fatalf("refusal counted again: %d", s.Failures())
+	}
+	clk.Advance(2 * time.Hour)
+	c, _, _ = s.Current()
+	if !c.Leaf.Equal(mustCerts(t, early.cert)[0]) || s.LastError() != nil {
+		t.Fatalf("renewal not taken once valid: last %v", s.LastError())
+	}
+	if want := mustCerts(t, early.cert)[0].NotAfter; !s.NotAfter().Equal(want) {
+		t.Fatalf("NotAfter = %v, want %v", s.NotAfter(), want)
 	}
 }
 
@@ -69,6 +103,9 @@ func TestSourceKeepsLastGood(t *testing.T) {
 	good := mustIssue(t, ca, brokerID("b-0"), t0, time.Hour)
 	next := mustIssue(t, ca, brokerID("b-0"), t0, time.Hour)
 	foreign := mustIssue(t, other, brokerID("b-0"), t0, time.Hour)
+	otherID := mustIssue(t, ca, brokerID("b-1"), t0, time.Hour)
+	expired := mustIssue(t, ca, brokerID("b-0"), t0.Add(-3*time.Hour), time.Hour)
+	notYet := mustIssue(t, ca, brokerID("b-0"), t0.Add(2*time.Hour), time.Hour)
 	for _, tc := range []struct {
 		name          string
 		cert, key, ca []byte
@@ -80,6 +117,9 @@ func TestSourceKeepsLastGood(t *testing.T) {
 		{"empty bundle", next.cert, next.key, nil, ErrNoCertificates},
 		{"other CA's leaf", foreign.cert, foreign.key, ca.CertPEM(), ErrNotSignedByBundle},
 		{"CA cert as leaf", ca.CertPEM(), mustKeyPEM(t, ca), ca.CertPEM(), ErrNoIdentity},
+		{"another identity", otherID.cert, otherID.key, ca.CertPEM(), ErrIdentityChanged},
+		{"expired leaf", expired.cert, expired.key, ca.CertPEM(), ErrLeafNotValid},
+		{"not yet valid leaf", notYet.cert, notYet.key, ca.CertPEM(), ErrLeafNotValid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newClock(t0)

@@ -244,7 +244,10 @@ func ClientConfigForHost(cert *tls.Certificate, roots *x509.CertPool, cluster, s
 // trust bundle f.CA is required; f.Cert and f.Key are optional, together
 // (neither: anonymous). Errors: ErrIncompleteFiles, ErrInvalidIdentity
 // (a malformed cluster), read errors, and those of ParseCertsPEM and
-// ParseLeaf. The files are read once: a long-running client that must
+// ParseLeaf. When cluster is empty and the client certificate carries a
+// felix identity, the cluster is that identity's own namespace/cluster:
+// a FelixUser's certificate talks only to its cluster's brokers unless
+// another cluster is named. The files are read once: a long-running client that must
 // follow rotation uses a Source.
 func LoadClientFiles(f Files, cluster, serverName string) (*tls.Config, error) {
 	return LoadClientFilesForHost(f, cluster, serverName, "")
@@ -291,6 +294,9 @@ func LoadClientFilesForHost(f Files, cluster, serverName, host string) (*tls.Con
 			return nil, fmt.Errorf("%s: %w", f.Cert, err)
 		}
 		cert = &tc
+		if id, err := IdentityOf(tc.Leaf); err == nil && cluster == "" {
+			cluster = id.Namespace + "/" + id.Cluster
+		}
 	}
 	return ClientConfigForHost(cert, pool, cluster, serverName, host), nil
 }

@@ -355,4 +355,29 @@ func TestLoadClientFiles(t *testing.T) {
 	if id, err := VerifyClient(srv, res.server); err != nil || id != userID("alice") {
 		t.Fatalf("VerifyClient: %s, %v", id, err)
 	}
+	// No cluster named [L3]: the certificate's own cluster is required, so
+	// a broker of another cluster trusted by the same bundle is refused.
+	pinned, err := LoadClientFiles(f, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := handshake(t, ClientPortConfig(srv), pinned); res.clientErr != nil {
+		t.Fatalf("own cluster: %v", res.clientErr)
+	}
+	foreign, _ := brokerSource(t, ca, Identity{Namespace: "prod", Cluster: "metrics", Kind: KindBroker, Name: "b-0"}, clk, nil)
+	pinned, err = LoadClientFilesForHost(f, "", "", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := handshake(t, ClientPortConfig(foreign), pinned); !errors.Is(res.clientErr, ErrWrongCluster) {
+		t.Fatalf("another cluster's broker without --cluster: %v, want ErrWrongCluster", res.clientErr)
+	}
+	// An anonymous client names no cluster and accepts any trusted one.
+	anon, err := LoadClientFiles(Files{CA: f.CA}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := handshake(t, ClientPortConfig(foreign), anon); res.clientErr != nil {
+		t.Fatalf("anonymous client: %v", res.clientErr)
+	}
 }

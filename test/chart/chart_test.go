@@ -79,6 +79,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 		"clusterrole.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
 		"customresourcedefinition.apiextensions.k8s.io/felixusers.felix.dev serverside-applied",
 		"clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
+		"clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
 	} {
@@ -123,7 +124,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	// The kustomize config installs the same things.
 	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-k", "config/default")
 	for _, want := range []string{"deployment.apps/felix-operator", "clusterrole.rbac.authorization.k8s.io/felix-operator",
-		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes",
+		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes",
 		"customresourcedefinition.apiextensions.k8s.io/felixusers.felix.dev"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kustomize dry run lacks %q:\n%s", want, out)
