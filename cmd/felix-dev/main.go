@@ -3,9 +3,11 @@
 // hack/build-envtest.sh) with the Felix CRDs, the operator, and a
 // process-runner that plays the kubelet for broker pods (each a `felix
 // broker` process on its own 127.0.0.x address, its volume a directory). It
-// applies the samples (a 5-broker FelixCluster and two FelixStreams), waits
-// until every shard has a leader, prints the commands to try, and runs until
-// interrupted.
+// applies the samples (a 5-broker FelixCluster and two FelixStreams), makes
+// two FelixUsers for the CLI (demoUsers) and writes their certificate
+// Secrets under <state-dir>/users/<name>/ (tls.crt, tls.key, ca.crt: the
+// layout of the CLI's --tls-dir), waits until every shard has a leader,
+// prints the commands to try, and runs until interrupted.
 //
 // It is the README's run command (`make dev`).
 package main
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,11 +103,41 @@ func run(stateDir, felix, samples, dockerImage, dockerNetwork string, verbose bo
 		if err := applyDir(ctx, c.Env.Client, samples); err != nil {
 			return err
 		}
-		fmt.Printf("applied %s; waiting for brokers and shard leaders ...\n", samples)
-		if err := waitShardsLed(ctx, c.Env.Client); err != nil {
+	}
+	var demoCluster felixv1.FelixCluster
+	if err := c.Env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo"}, &demoCluster); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		// Other samples, or none: no demo users, no tour.
+		if samples != "" {
+			if err := waitShardsLed(ctx, c.Env.Client); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("\nFelix is running locally: kube-apiserver %s (logs in %s).\n\n  export KUBECONFIG=%s\n\nPress Ctrl-C to stop.\n",
+			c.Env.Config.Host, filepath.Join(stateDir, "logs"), c.Kubeconfig)
+		<-ctx.Done()
+		return nil
+	}
+	// The users go in with the cluster, so every broker finds them in
+	// its first list of FelixUsers.
+	users := demoUsers(stateDir)
+	for _, u := range users {
+		if err := c.Env.Client.Create(ctx, localcluster.UserObject(u)); err != nil {
+			return fmt.Errorf("FelixUser %s: %w", u.Name, err)
+		}
+	}
+	fmt.Printf("applied %s and FelixUsers %s; waiting for brokers and shard leaders ...\n", samples, userNames(users))
+	if err := waitShardsLed(ctx, c.Env.Client); err != nil {
+		return err
+	}
+	for _, u := range users {
+		if _, err := localcluster.WaitUser(ctx, c.Env.Client, u); err != nil {
 			return err
 		}
 	}
+	demo, admin := users[0].Dir, users[1].Dir
 	fmt.Printf(`
 Felix is running locally: kube-apiserver %s, the operator, and broker
 processes on 127.0.0.x (logs in %s).
@@ -120,18 +153,59 @@ Then try:
   kubectl get pods -o wide                # broker pods with their 127.0.0.x addresses
   kubectl describe felixshard events-0    # promotions, id rotations and waits as events
 
+  kubectl get felixusers                  # demo and demo-admin, their Secrets and expiry
+
+Clients connect over TLS and authenticate with a certificate. The FelixUser
+demo may Append, Read and Describe the sample streams (events and
+counter-output); demo-admin may also Trim them. Their Secrets are written to:
+
+  %s   (tls.crt, tls.key, ca.crt)
+  %s
+
+  export FELIX_TLS_DIR=%s
   LEADER=$(kubectl get felixshard events-0 -o jsonpath='{.status.assignment.leader}')
   ADDR=$(kubectl get felixbroker $LEADER -o jsonpath='{.status.address}')
-  bin/felix append --broker $ADDR --stream events --shard 0 --payload hello
-  bin/felix read   --broker $ADDR --stream events --shard 0 --from earliest
-  bin/felix describe --broker $ADDR --stream events --shard 0
+  bin/felix append   --broker $ADDR --stream events --shard 0 --payload hello
+  bin/felix read     --broker $ADDR --stream events --shard 0 --from earliest
+  bin/felix describe --broker $ADDR --stream events --shard 0 -o table
+
+  # A trim is conditional on the tail; demo has no Trim grant, so the
+  # broker refuses it (NotAuthorized); demo-admin may.
+  TAIL=$(bin/felix describe --broker $ADDR --stream events --shard 0 | sed 's/.*"tail":\([0-9]*\).*/\1/')
+  bin/felix trim --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail $TAIL
+  bin/felix trim --tls-dir %s --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail $TAIL
 
   kubectl delete pod $LEADER             # watch a follower take over: kubectl get felixshards -w
 
 Press Ctrl-C to stop.
-`, c.Env.Config.Host, filepath.Join(stateDir, "logs"), c.Kubeconfig)
+`, c.Env.Config.Host, filepath.Join(stateDir, "logs"), c.Kubeconfig, demo, admin, demo, admin)
 	<-ctx.Done()
 	return nil
+}
+
+// demoUsers are the FelixUsers make dev creates in the samples' cluster,
+// with their Secrets' files under stateDir/users/<name>: demo may append,
+// read and describe the sample streams but not trim (the tour shows the
+// refusal); demo-admin may also trim them.
+func demoUsers(stateDir string) []localcluster.UserOptions {
+	rw := []felixv1.StreamOperation{felixv1.OperationAppend, felixv1.OperationRead, felixv1.OperationDescribe}
+	all := append(rw[:len(rw):len(rw)], felixv1.OperationTrim)
+	user := func(name string, grants []felixv1.StreamGrant) localcluster.UserOptions {
+		return localcluster.UserOptions{Namespace: "default", Cluster: "demo", Name: name, Grants: grants,
+			Dir: filepath.Join(stateDir, "users", name), Timeout: 3 * time.Minute}
+	}
+	return []localcluster.UserOptions{
+		user("demo", []felixv1.StreamGrant{{Stream: "events", Operations: rw}, {Stream: "counter-output", Operations: rw}}),
+		user("demo-admin", []felixv1.StreamGrant{{Stream: "events", Operations: all}, {Stream: "counter-output", Operations: all}}),
+	}
+}
+
+func userNames(us []localcluster.UserOptions) string {
+	names := make([]string, len(us))
+	for i, u := range us {
+		names[i] = u.Name
+	}
+	return strings.Join(names, " and ")
 }
 
 // applyDir creates every object of every YAML file in dir, in the default

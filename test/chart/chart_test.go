@@ -64,6 +64,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	// Cluster-wide (the default).
 	rendered := template()
 	for _, want := range []string{"kind: Deployment", "kind: ClusterRole", "--leader-elect=true", "kind: CustomResourceDefinition", "felixshards.felix.dev",
+		"felixusers.felix.dev", "  - felixusers\n", "  - secrets\n",
 		"--metrics-secure=true", "--metrics-bind-address=:8443", "name: felix-metrics-reader", "kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding"} {
 		if !strings.Contains(rendered, want) {
 			t.Errorf("helm template output lacks %q", want)
@@ -76,6 +77,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	for _, want := range []string{
 		"deployment.apps/felix-felix-operator serverside-applied (server dry run)",
 		"clusterrole.rbac.authorization.k8s.io/felix-felix-operator serverside-applied",
+		"customresourcedefinition.apiextensions.k8s.io/felixusers.felix.dev serverside-applied",
 		"clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
 		"clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator serverside-applied",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes serverside-applied",
@@ -122,9 +124,55 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	// The kustomize config installs the same things.
 	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-k", "config/default")
 	for _, want := range []string{"deployment.apps/felix-operator", "clusterrole.rbac.authorization.k8s.io/felix-operator",
-		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes"} {
+		"clusterrole.rbac.authorization.k8s.io/felix-metrics-reader", "clusterrole.rbac.authorization.k8s.io/felix-broker-auth-delegator", "clusterrolebinding.rbac.authorization.k8s.io/felix-broker-auth-delegator", "validatingadmissionpolicy.admissionregistration.k8s.io/felix-broker-writes",
+		"customresourcedefinition.apiextensions.k8s.io/felixusers.felix.dev"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kustomize dry run lacks %q:\n%s", want, out)
 		}
+	}
+
+	// With the chart's CRDs installed, the samples and the local cluster's
+	// FelixUsers (a stream grant, the secure default) are accepted, and a
+	// grant of prefix "*" (not a wildcard: a prefix is a stream-name
+	// prefix) is refused.
+	run(t, "kubectl", kc, "apply", "--server-side", "-f", "charts/felix/crds")
+	run(t, "kubectl", kc, "wait", "--for=condition=Established", "crd/felixusers.felix.dev", "crd/felixclusters.felix.dev", "--timeout=60s")
+	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-n", "default", "-f", "config/samples")
+	if !strings.Contains(out, "felixcluster.felix.dev/demo serverside-applied") {
+		t.Errorf("samples dry run lacks the FelixCluster:\n%s", out)
+	}
+	user := filepath.Join(dir, "user.yaml")
+	if err := os.WriteFile(user, []byte(`apiVersion: felix.dev/v1alpha1
+kind: FelixUser
+metadata: {name: demo, namespace: default}
+spec:
+  cluster: demo
+  authorization:
+    grants:
+    - {stream: events, operations: [Append, Read, Describe]}
+    - {prefix: team-, operations: [Read]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-f", user)
+	if !strings.Contains(out, "felixuser.felix.dev/demo serverside-applied") {
+		t.Errorf("FelixUser dry run:\n%s", out)
+	}
+	bad := filepath.Join(dir, "bad-user.yaml")
+	if err := os.WriteFile(bad, []byte(`apiVersion: felix.dev/v1alpha1
+kind: FelixUser
+metadata: {name: everything, namespace: default}
+spec:
+  cluster: demo
+  authorization:
+    grants:
+    - {prefix: "*", operations: [Append]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("kubectl", kc, "apply", "--server-side", "--dry-run=server", "-f", bad)
+	cmd.Dir = testenv.RepoRoot()
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "prefix") {
+		t.Errorf("a grant of prefix \"*\" was not refused (err %v):\n%s", err, b)
 	}
 }

@@ -73,8 +73,7 @@ func scenarioBackupRestore(t *testing.T, ctx context.Context, lc *localcluster.C
 	if err := src.c.Create(ctx, &felixv1.FelixCluster{ObjectMeta: objectMeta(src.ns, "dst"), Spec: restored}); err != nil {
 		t.Fatal(err)
 	}
-	dst := *src
-	dst.cluster = "dst"
+	dst := src.forCluster("dst")
 	eventually(t, "every restored broker registered with a new storage id", 3*time.Minute, func() (bool, string) {
 		msg := ""
 		for i := 0; i < 3; i++ {

@@ -80,6 +80,8 @@ type tenant struct {
 	ns      string
 	cluster string
 	brokers int
+	// user is the FelixUser every client of the tenant connects as.
+	user *tenantUser
 }
 
 // clusterSpec is the FelixCluster every scenario uses: short timings so
@@ -110,6 +112,7 @@ func newTenantCluster(t *testing.T, ctx context.Context, lc *localcluster.Cluste
 		Spec: clusterSpec(n, fsync)}); err != nil {
 		t.Fatal(err)
 	}
+	tn.user = newTenantUser(t, ctx, tn.c, ns, cluster)
 	return tn
 }
 
@@ -286,7 +289,7 @@ func (tn *tenant) appendAcked(stream string, n, batch, size int, prefix string) 
 			continue
 		}
 		ctx, cancel := context.WithTimeout(tn.ctx, 10*time.Second)
-		cl, err := fclient.Dial(ctx, tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
+		cl, err := tn.dial(ctx, tn.broker(s.Status.Assignment.Leader).Address)
 		if err != nil {
 			cancel()
 			time.Sleep(100 * time.Millisecond)
@@ -324,7 +327,7 @@ func (tn *tenant) readAll(addr, stream string) map[uint64]record.Record {
 	var out map[uint64]record.Record
 	var err error
 	eventually(tn.t, "a full read of "+stream+" from "+addr, time.Minute, func() (bool, string) {
-		out, err = tryReadAll(tn.ctx, addr, stream)
+		out, err = tn.tryReadAll(addr, stream)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -333,10 +336,10 @@ func (tn *tenant) readAll(addr, stream string) map[uint64]record.Record {
 	return out
 }
 
-func tryReadAll(ctx context.Context, addr, stream string) (map[uint64]record.Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+func (tn *tenant) tryReadAll(addr, stream string) (map[uint64]record.Record, error) {
+	ctx, cancel := context.WithTimeout(tn.ctx, 30*time.Second)
 	defer cancel()
-	cl, err := fclient.Dial(ctx, addr, fclient.Options{})
+	cl, err := tn.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +385,7 @@ func (tn *tenant) leaderAddr(stream string) string {
 	return tn.broker(tn.shard(stream).Status.Assignment.Leader).Address
 }
 
-// httpURL is the broker pod's HTTP endpoint (/live, /ready, /metrics).
+// httpURL is the broker pod's plain HTTP endpoint (/live, /ready).
 func (tn *tenant) httpURL(pod, path string) string {
 	ip, ok := tn.lc.Runner.PodIP(tn.ns, pod)
 	if !ok {
@@ -403,9 +406,11 @@ func httpStatus(url string) int {
 	return resp.StatusCode
 }
 
-// metrics scrapes a broker's /metrics and returns the unlabelled samples.
+// metrics scrapes a broker's /metrics (HTTPS on the metrics port,
+// authenticated with the broker's own certificate) and returns the
+// unlabelled samples.
 func (tn *tenant) metrics(pod string) (map[string]float64, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(tn.httpURL(pod, "/metrics"))
+	resp, err := tn.scrape(pod)
 	if err != nil {
 		return nil, err
 	}
@@ -538,7 +543,7 @@ func startWriterRecorded(tn *tenant, stream, prefix string, pace time.Duration, 
 				continue
 			}
 			dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
-			cl, err := fclient.Dial(dctx, tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
+			cl, err := tn.dial(dctx, tn.broker(s.Status.Assignment.Leader).Address)
 			dcancel()
 			if err != nil {
 				time.Sleep(50 * time.Millisecond)
@@ -625,7 +630,7 @@ type staleResult struct {
 // dialStale connects to broker leader before it is cut off; the caller
 // cuts it off, calls send, and closes it when done.
 func (tn *tenant) dialStale(leader string) *staleAppends {
-	cl, err := fclient.Dial(tn.ctx, tn.broker(leader).Address, fclient.Options{})
+	cl, err := tn.dial(tn.ctx, tn.broker(leader).Address)
 	if err != nil {
 		tn.t.Fatal(err)
 	}

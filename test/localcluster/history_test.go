@@ -102,7 +102,7 @@ func (tn *tenant) recordedReadAll(rec *history.Recorder, client int, addr, strea
 	eventually(tn.t, "a full recorded read of "+stream+" from "+addr, time.Minute, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(tn.ctx, 30*time.Second)
 		defer cancel()
-		cl, err := fclient.Dial(ctx, addr, fclient.Options{})
+		cl, err := tn.dial(ctx, addr)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -167,7 +167,7 @@ func (hw *historyWorkload) loop(ctx context.Context, op func(*fclient.Client) bo
 			continue
 		}
 		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
-		cl, err := fclient.Dial(dctx, hw.tn.broker(s.Status.Assignment.Leader).Address, fclient.Options{})
+		cl, err := hw.tn.dial(dctx, hw.tn.broker(s.Status.Assignment.Leader).Address)
 		dcancel()
 		if err != nil {
 			time.Sleep(50 * time.Millisecond)

@@ -92,6 +92,7 @@ func TestLocalCluster(t *testing.T) {
 	ts.run(t, "ID3_KillSameBootKeepsIDMachineCrashRotates", func(t *testing.T) { scenarioKillAndMachineCrash(shared.on(t)) })
 	ts.run(t, "RP5_FrozenLeaderAcknowledgesNothingAtOldEpoch", func(t *testing.T) { scenarioFrozenLeader(shared.on(t)) })
 	ts.run(t, "ID4_BrokerHoldsWhileAPIServerDown", func(t *testing.T) { scenarioAPIServerDown(shared.on(t)) })
+	ts.run(t, "Auth_GrantsEnforcedTrimRefused", func(t *testing.T) { scenarioAuthorization(shared.on(t)) })
 	shared.close()
 	ts.run(t, "ID5_BackupRestoreReadsBack", func(t *testing.T) { scenarioBackupRestore(t, ctx, lc) })
 	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, duration, false, power) })
