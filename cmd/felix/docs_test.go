@@ -86,6 +86,7 @@ var outsideFlags = map[string]string{
 	"network": "docker run",
 	"raw":     "kubectl get",
 	"signal":  "docker kill",
+	"user":    "docker run",
 }
 
 // programFlags returns the flags the other programs define, by name, with
