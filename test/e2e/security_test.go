@@ -589,12 +589,13 @@ func (c *cluster) eventuallyAs(t *testing.T, user, addr string, op func(context.
 // certificates without a restart.
 func TestSecurity_RotationUnderLoad(t *testing.T) {
 	skipIfInsecure(t)
-	// A leaf is valid from 5 minutes before issue (pki.ClockSkew) to
-	// 180 s after: renewed once two thirds of that passed, 20 s after
+	// A leaf is valid for 180 s (from 18 s before issue, pki.Backdate)
+	// and renewed renewBefore = 160 s ahead of its expiry: 20 s after
 	// issue.
-	const lifetime = 180 * time.Second
+	const lifetime, renewBefore = 180 * time.Second, 160 * time.Second
 	c := newClusterWith(t, 3, felixv1.FsyncPeriodic, shortTiming, func(s *felixv1.FelixClusterSpec) {
 		s.Security.TLS.CertificateDuration = &metav1.Duration{Duration: lifetime}
+		s.Security.TLS.RenewBefore = &metav1.Duration{Duration: renewBefore}
 	})
 	pids := map[string]int{}
 	for i := 0; i < 3; i++ {
