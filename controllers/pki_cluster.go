@@ -9,12 +9,14 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"time"
 
@@ -432,7 +434,7 @@ func (r *FelixClusterReconciler) ensureTrustBundle(ctx context.Context, c *felix
 		}
 	}
 	data := map[string][]byte{SecretKeyCACert: pki.EncodeCertsPEM(bundle...)}
-	if exists && sameData(sec.Data, data) {
+	if exists && maps.EqualFunc(sec.Data, data, bytes.Equal) {
 		return nil
 	}
 	labels := clusterLabels(c.Name)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -169,7 +170,7 @@ func planCA(data map[string][]byte, cn string, now time.Time, rnd io.Reader) (ca
 			p.NextCheck = b.NotAfter
 		}
 	}
-	p.Changed = !sameData(data, p.Data)
+	p.Changed = !maps.EqualFunc(data, p.Data, bytes.Equal)
 	p.Signer = signer{CA: cur, Bundle: p.Data[SecretKeyCACert]}
 	return p, nil
 }
@@ -258,7 +259,7 @@ func planLeaf(data map[string][]byte, s signer, want leafWant, now time.Time, rn
 	if why == "" {
 		p.Data = map[string][]byte{SecretKeyTLSCert: data[SecretKeyTLSCert], SecretKeyTLSKey: data[SecretKeyTLSKey], SecretKeyCACert: s.Bundle}
 		p.NotAfter, p.RenewAt = leaf.NotAfter, pki.RenewAt(leaf, want.RenewBefore)
-		if p.Changed = !sameData(data, p.Data); p.Changed {
+		if p.Changed = !maps.EqualFunc(data, p.Data, bytes.Equal); p.Changed {
 			p.Reason = "TrustBundleUpdated"
 		}
 		return p, nil
@@ -304,20 +305,6 @@ func leafProblem(data map[string][]byte, s signer, want leafWant, now time.Time)
 		return "renewal due", leaf
 	}
 	return "", leaf
-}
-
-// sameData compares two Secret data maps.
-func sameData(a, b map[string][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || !bytes.Equal(v, w) {
-			return false
-		}
-	}
-	return true
 }
 
 // brokerIdentity is the identity on a broker's certificate.

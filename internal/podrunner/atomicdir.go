@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,11 +30,11 @@ const (
 	atomicTimestamp = "2006_01_02_15_04_05.000000000"
 )
 
-// writeAtomicDir makes dir hold exactly files (relative slash paths to
+// WriteAtomicDir makes dir hold exactly files (relative slash paths to
 // content) in the layout above and reports whether it changed anything:
 // when ..data already holds the same set, nothing is written. now names
 // the new version's directory.
-func writeAtomicDir(dir string, files map[string][]byte, now time.Time) (bool, error) {
+func WriteAtomicDir(dir string, files map[string][]byte, now time.Time) (bool, error) {
 	clean := make(map[string][]byte, len(files))
 	for rel, b := range files {
 		p := strings.TrimPrefix(filepath.Clean("/"+rel), "/")
@@ -48,7 +49,7 @@ func writeAtomicDir(dir string, files map[string][]byte, now time.Time) (bool, e
 	oldVersion, _ := os.Readlink(filepath.Join(dir, atomicDataLink))
 	if oldVersion != "" {
 		cur, err := readTree(filepath.Join(dir, oldVersion))
-		if err == nil && sameFiles(cur, clean) {
+		if err == nil && maps.EqualFunc(cur, clean, bytes.Equal) {
 			return false, nil
 		}
 	}
@@ -149,17 +150,4 @@ func readTree(root string) (map[string][]byte, error) {
 		return nil
 	})
 	return out, err
-}
-
-func sameFiles(a, b map[string][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || !bytes.Equal(v, w) {
-			return false
-		}
-	}
-	return true
 }

@@ -32,7 +32,7 @@ func versionFiles(n int) map[string][]byte {
 func TestAtomicDirLayout(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	changed, err := writeAtomicDir(dir, map[string][]byte{"a": []byte("1"), "b": []byte("2")}, t0)
+	changed, err := WriteAtomicDir(dir, map[string][]byte{"a": []byte("1"), "b": []byte("2")}, t0)
 	if err != nil || !changed {
 		t.Fatalf("first write: changed %v, %v", changed, err)
 	}
@@ -43,10 +43,10 @@ func TestAtomicDirLayout(t *testing.T) {
 	if v1 != "..2026_12_02_00_00_00.000000000" {
 		t.Fatalf("..data -> %q", v1)
 	}
-	if changed, err := writeAtomicDir(dir, map[string][]byte{"a": []byte("1"), "b": []byte("2")}, t0.Add(time.Second)); err != nil || changed {
+	if changed, err := WriteAtomicDir(dir, map[string][]byte{"a": []byte("1"), "b": []byte("2")}, t0.Add(time.Second)); err != nil || changed {
 		t.Fatalf("same content: changed %v, %v", changed, err)
 	}
-	if changed, err := writeAtomicDir(dir, map[string][]byte{"a": []byte("3")}, t0.Add(2*time.Second)); err != nil || !changed {
+	if changed, err := WriteAtomicDir(dir, map[string][]byte{"a": []byte("3")}, t0.Add(2*time.Second)); err != nil || !changed {
 		t.Fatalf("update: changed %v, %v", changed, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "a")); err != nil || string(b) != "3" {
@@ -59,13 +59,13 @@ func TestAtomicDirLayout(t *testing.T) {
 		t.Fatalf("old version %s still there: %v", v1, err)
 	}
 	// Same clock reading twice: still a new version.
-	if changed, err := writeAtomicDir(dir, map[string][]byte{"a": []byte("4")}, t0.Add(2*time.Second)); err != nil || !changed {
+	if changed, err := WriteAtomicDir(dir, map[string][]byte{"a": []byte("4")}, t0.Add(2*time.Second)); err != nil || !changed {
 		t.Fatalf("update at the same time: changed %v, %v", changed, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "a")); string(b) != "4" {
 		t.Fatalf("a = %q", b)
 	}
-	if _, err := writeAtomicDir(dir, map[string][]byte{"..data": nil}, t0); err == nil {
+	if _, err := WriteAtomicDir(dir, map[string][]byte{"..data": nil}, t0); err == nil {
 		t.Fatal("a key named ..data was accepted")
 	}
 }
@@ -77,7 +77,7 @@ func TestAtomicDirLayout(t *testing.T) {
 func TestAtomicDirReadersSeeWholeSets(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	if _, err := writeAtomicDir(dir, versionFiles(0), t0); err != nil {
+	if _, err := WriteAtomicDir(dir, versionFiles(0), t0); err != nil {
 		t.Fatal(err)
 	}
 	var stop atomic.Bool
@@ -130,7 +130,7 @@ func TestAtomicDirReadersSeeWholeSets(t *testing.T) {
 		}()
 	}
 	for n := 1; n <= 100; n++ {
-		if _, err := writeAtomicDir(dir, versionFiles(n), t0.Add(time.Duration(n)*time.Millisecond)); err != nil {
+		if _, err := WriteAtomicDir(dir, versionFiles(n), t0.Add(time.Duration(n)*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 	}

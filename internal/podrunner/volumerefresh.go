@@ -68,7 +68,7 @@ func (r *Runner) refreshKeyVolumes(ctx context.Context, pod *corev1.Pod, stop <-
 				log.V(1).Info("volume source unreadable; keeping its content", "volume", v.Name, "err", err.Error())
 				continue
 			}
-			changed, err := writeAtomicDir(filepath.Join(base, v.Name), files, r.now())
+			changed, err := WriteAtomicDir(filepath.Join(base, v.Name), files, r.now())
 			if err != nil {
 				log.Error(err, "refresh volume", "volume", v.Name)
 				continue

@@ -168,7 +168,7 @@ func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]st
 			if err := os.RemoveAll(dir); err != nil {
 				return nil, err
 			}
-			if _, err := writeAtomicDir(dir, files, r.now()); err != nil {
+			if _, err := WriteAtomicDir(dir, files, r.now()); err != nil {
 				return nil, err
 			}
 			dirs[v.Name] = dir

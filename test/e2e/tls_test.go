@@ -6,11 +6,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 	felixclient "felix.dev/felix/broker/client"
 	"felix.dev/felix/controllers"
 	"felix.dev/felix/internal/pki"
+	"felix.dev/felix/internal/podrunner"
 )
 
 // The harness runs brokers as the operator's pods do: secure, each with
@@ -125,7 +124,7 @@ func (s *secretSync) syncOne(ctx context.Context, name string) (bool, error) {
 		return true, nil
 	}
 	s.seq++
-	if err := writeAtomic(s.dirs[name], files, s.seq); err != nil {
+	if _, err := podrunner.WriteAtomicDir(s.dirs[name], files, time.Unix(0, int64(s.seq))); err != nil {
 		return false, err
 	}
 	s.written[name] = joined
@@ -143,49 +142,6 @@ func (s *secretSync) serialsOf(name string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.serials[name]...)
-}
-
-// writeAtomic makes dir hold files in the kubelet's layout of a Secret
-// volume: the files in a new hidden version directory, a ..data symlink
-// renamed over to it (one atomic switch) and one <key> -> ..data/<key>
-// link per key; older versions are removed afterwards.
-func writeAtomic(dir string, files map[string][]byte, seq int) error {
-	version := fmt.Sprintf("..v%06d", seq)
-	if err := os.MkdirAll(filepath.Join(dir, version), 0o755); err != nil {
-		return err
-	}
-	for k, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, version, k), b, 0o600); err != nil {
-			return err
-		}
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(version, tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		return err
-	}
-	for k := range files {
-		link := filepath.Join(dir, k)
-		if target, err := os.Readlink(link); err == nil && target == filepath.Join("..data", k) {
-			continue
-		}
-		if err := os.Symlink(filepath.Join("..data", k), link); err != nil {
-			return err
-		}
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if n := e.Name(); strings.HasPrefix(n, "..v") && n != version {
-			_ = os.RemoveAll(filepath.Join(dir, n))
-		}
-	}
-	return nil
 }
 
 // clusterRef is the cluster as "namespace/name", what clients require of
