@@ -171,6 +171,10 @@ func shardConditions(sh *felixv1.FelixShard, registry map[string]placement.Broke
 // waitMessage says why no replica may lead, replica by replica.
 func waitMessage(d placement.Decision) string {
 	msg := "no eligible replica to lead (" + d.Reason.String() + "); the shard waits rather than guess [CP-3]"
+	if d.Reason == placement.ReasonTooFewCounted {
+		msg = "fewer than a quorum of replicas hold the storage ids a leader's recovery and fence could count (" +
+			d.Reason.String() + "): no leader could fence; the shard waits rather than guess [CP-3]"
+	}
 	if len(d.Candidates) == 0 {
 		return msg
 	}

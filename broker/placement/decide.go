@@ -22,6 +22,15 @@ func Decide(in Input) Decision {
 	a := *in.Assignment
 	lb, known := in.Brokers[a.Leader]
 	if known && lb.State == Up && lb.Incarnation == a.LeaderIncarnation {
+		if !fenced(in.Report, a) && len(a.Counted) > 0 && holding(in, a.Counted) < quorum(in.Replicas) {
+			// [CP-3] The assigned leader has not fenced its epoch (it
+			// reports only once it has), and fewer than a quorum of the
+			// replicas its recovery may count still hold the ids they
+			// were counted under: it can never fence. The assignment
+			// stays; the shard says why it does not serve.
+			return Decision{Action: Wait, Reason: ReasonTooFewCounted, Leader: a.Leader, Epoch: a.Epoch,
+				LeaderIncarnation: a.LeaderIncarnation, Candidates: countedVerdicts(in, a.Counted)}
+		}
 		return Decision{Action: Keep, Leader: a.Leader, Epoch: a.Epoch, LeaderIncarnation: a.LeaderIncarnation}
 	}
 	lost := ReasonLeaderUnavailable
@@ -30,25 +39,87 @@ func Decide(in Input) Decision {
 	}
 	var cands []Candidate
 	counted := map[string]string{}
+	tooFew := false
 	if in.Report != nil {
 		cands, counted = assess(in, a)
 		if len(cands) > 0 && cands[0].Verdict == Eligible {
-			best := cands[0]
-			return Decision{
-				Action: Promote, Reason: lost,
-				Leader: best.Broker, Epoch: a.Epoch + 1, LeaderIncarnation: in.Brokers[best.Broker].Incarnation,
-				Counted: counted, Candidates: cands,
+			if holding(in, counted) >= quorum(in.Replicas) {
+				best := cands[0]
+				return Decision{
+					Action: Promote, Reason: lost,
+					Leader: best.Broker, Epoch: a.Epoch + 1, LeaderIncarnation: in.Brokers[best.Broker].Incarnation,
+					Counted: counted, Candidates: cands,
+				}
 			}
+			// [CP-3] An eligible follower, but its recovery and fence
+			// could count fewer than a quorum: every other replica lost
+			// the copy it was counted under (or was never attested), so
+			// records acknowledged by a quorum may be on none of the
+			// counted ones. Promoting it would stall in recovery for
+			// ever, serving nothing and saying nothing.
+			tooFew = true
 		}
 	}
-	if d, ok := restartedLeader(in, a, lost, counted); ok {
+	if d, ok, short := restartedLeader(in, a, lost, counted); ok {
 		d.Candidates = cands
 		return d
+	} else if short {
+		tooFew = true
+	}
+	if tooFew {
+		return Decision{Action: Wait, Reason: ReasonTooFewCounted, Candidates: cands}
 	}
 	if in.Report == nil {
 		return Decision{Action: Wait, Reason: ReasonNoReport}
 	}
 	return Decision{Action: Wait, Reason: waitReason(cands), Candidates: cands}
+}
+
+// quorum is a majority of the replica set: what a leader's recovery and
+// fence must count (broker/replication).
+func quorum(replicas []string) int { return len(replicas)/2 + 1 }
+
+// fenced reports whether the assigned leader has fenced its epoch: a
+// leader reports only once its fence is committed, so a report of the
+// assigned leader's incarnation at the assigned epoch shows it.
+func fenced(rep *Report, a Assignment) bool {
+	return rep != nil && rep.Leader == a.Leader && rep.Epoch == a.Epoch && rep.LeaderIncarnation == a.LeaderIncarnation
+}
+
+// holding counts the replicas of counted still registered under the id
+// they were counted under: those a recovering leader can still count.
+func holding(in Input, counted map[string]string) int {
+	n := 0
+	for _, r := range in.Replicas {
+		id, ok := counted[r]
+		if b, registered := in.Brokers[r]; ok && registered && b.State != Left && b.StorageID == id {
+			n++
+		}
+	}
+	return n
+}
+
+// countedVerdicts describes, replica by replica, why an assigned leader's
+// recovery cannot count a quorum: NotCounted for a replica the assignment
+// left out, IDChanged for one registered under another id than it was
+// counted under (or gone), Eligible for one that still counts.
+func countedVerdicts(in Input, counted map[string]string) []Candidate {
+	out := make([]Candidate, 0, len(in.Replicas))
+	for _, r := range in.Replicas {
+		c := Candidate{Broker: r, Verdict: Eligible}
+		id, ok := counted[r]
+		b, registered := in.Brokers[r]
+		switch {
+		case !ok:
+			c.Verdict = NotCounted
+		case !registered || b.State == Left || b.StorageID != id:
+			c.Verdict = IDChanged
+		default:
+			c.IDMatch = id != ""
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // firstAssignment leads a new shard at epoch 1 with the first Up replica in
@@ -246,11 +317,12 @@ func waitReason(cands []Candidate) Reason {
 // report, made for this assignment, named), so it is promoted again at a
 // new epoch. The recovery and fence quorums count, besides the report's
 // id-matching replicas, every replica whose registered id is still the one
-// the assignment counted.
-func restartedLeader(in Input, a Assignment, lost Reason, counted map[string]string) (Decision, bool) {
+// the assignment counted; tooFew says they are fewer than a quorum, so
+// the leader could never fence again [CP-3].
+func restartedLeader(in Input, a Assignment, lost Reason, counted map[string]string) (d Decision, ok, tooFew bool) {
 	lb := in.Brokers[a.Leader]
 	if lost != ReasonLeaderRestarted || lb.StorageID == "" {
-		return Decision{}, false
+		return Decision{}, false, false
 	}
 	unchanged := a.Counted[a.Leader] == lb.StorageID
 	if r := in.Report; r != nil && r.Leader == a.Leader && r.Epoch == a.Epoch && r.LeaderIncarnation == a.LeaderIncarnation &&
@@ -258,7 +330,7 @@ func restartedLeader(in Input, a Assignment, lost Reason, counted map[string]str
 		unchanged = true
 	}
 	if !unchanged {
-		return Decision{}, false
+		return Decision{}, false, false
 	}
 	out := map[string]string{a.Leader: lb.StorageID}
 	for n, id := range counted {
@@ -269,8 +341,12 @@ func restartedLeader(in Input, a Assignment, lost Reason, counted map[string]str
 			out[n] = id
 		}
 	}
+	if holding(in, out) < quorum(in.Replicas) {
+		// [CP-3] Its recovery could never count a quorum.
+		return Decision{}, false, true
+	}
 	return Decision{Action: Promote, Reason: ReasonLeaderRestarted, Leader: a.Leader, Epoch: a.Epoch + 1,
-		LeaderIncarnation: lb.Incarnation, Counted: out}, true
+		LeaderIncarnation: lb.Incarnation, Counted: out}, true, false
 }
 
 // viewTakenAfter reports whether a view the leader took at viewAt, on its

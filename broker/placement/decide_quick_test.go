@@ -71,8 +71,9 @@ func (randomInput) Generate(r *rand.Rand, _ int) reflect.Value {
 // incarnation, the epoch is the next one, a promoted follower's reported id
 // is its registered id when both are present, never missing from the
 // report when registered, and when the registry has none the report was
-// taken at its current incarnation and is fresh [CP-1], every counted id is the replica's registered id, a wait
-// has a reason [CP-3], and the decision is deterministic.
+// taken at its current incarnation and is fresh [CP-1], every counted id is the replica's registered id, the
+// counted replicas are a quorum (else the new leader could never fence),
+// a wait has a reason [CP-3], and the decision is deterministic.
 func TestCP_DecisionProperties(t *testing.T) {
 	f := func(ri randomInput) bool {
 		in := ri.In
@@ -98,6 +99,10 @@ func TestCP_DecisionProperties(t *testing.T) {
 				t.Logf("counted %s under %q, registered %+v", n, id, rb)
 				return false
 			}
+		}
+		if holding(in, d.Counted) < quorum(in.Replicas) {
+			t.Logf("promoted %s counting %v, fewer than a quorum: it could never fence", d.Leader, d.Counted)
+			return false
 		}
 		if in.Assignment == nil {
 			return d.Epoch == 1

@@ -27,6 +27,10 @@
 //     last heartbeat instead of to now, for id-matching followers only.
 //   - [CP-3] With no eligible follower the shard waits, with a typed reason
 //     the operator turns into a condition and an event, rather than guess.
+//     So does a shard whose new leader could count fewer than a quorum of
+//     replicas still registered under the ids counted (it could never
+//     fence), and one whose assigned leader has not fenced yet and no
+//     longer can (ReasonTooFewCounted).
 //
 // Candidates are ranked as a sort: highest confirmed first, then an
 // id-matching follower before a missing-id one, then by name.
@@ -220,6 +224,14 @@ const (
 	// replicas have registered a storage id, since only registered
 	// replicas can be counted for its first fence.
 	ReasonTooFewRegistered
+	// ReasonTooFewCounted: fewer than a quorum of the replicas still hold
+	// the storage ids a new leader's recovery and fence could count them
+	// under (the others lost the copies they were counted with, or were
+	// never attested), so no leader could ever fence: a promotion would
+	// stall in recovery without serving. Also given, keeping the
+	// assignment, while an assigned leader that has not fenced yet can no
+	// longer count a quorum.
+	ReasonTooFewCounted
 )
 
 // String returns the reason as a CamelCase condition reason.
@@ -243,6 +255,8 @@ func (r Reason) String() string {
 		return "NoEligibleFollower"
 	case ReasonTooFewRegistered:
 		return "TooFewRegistered"
+	case ReasonTooFewCounted:
+		return "TooFewCounted"
 	default:
 		return fmt.Sprintf("Reason(%d)", uint8(r))
 	}
@@ -272,6 +286,9 @@ const (
 	// none for it (an older leader, or one that never learned it); it
 	// never counts, however fresh the report [CP-1].
 	IDNotReported
+	// NotCounted: the current assignment does not count the replica
+	// towards its leader's recovery and fence (ReasonTooFewCounted).
+	NotCounted
 )
 
 // String returns the verdict's name.
@@ -293,6 +310,8 @@ func (v Verdict) String() string {
 		return "ReportTooOld"
 	case IDNotReported:
 		return "IDNotReported"
+	case NotCounted:
+		return "NotCounted"
 	default:
 		return fmt.Sprintf("Verdict(%d)", uint8(v))
 	}
