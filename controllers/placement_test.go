@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +221,73 @@ func TestCP3_WaitsWhenNoFollowerIsEligible(t *testing.T) {
 		t.Errorf("Waiting message should name each replica's verdict: %s", c.Message)
 	}
 	eventually(t, 10*time.Second, "Waiting event", func() (bool, string) { return hasEvent(ns, "s-0", "Waiting") })
+}
+
+// TestCP3_TooFewCountedWaitsAfterTwoPowerCuts is the nemesis-h stall of
+// issue 25 on the API: the leader reported f1 under the id it had before a
+// power cut and f2 caught up; f1 came back under a new id (its boot
+// changed) before the leader named it, and then the leader lost power too
+// and came back under a new id. Only f2 still holds an id a new leader
+// could count, one of three: promoting it would leave the shard recovering
+// for ever with no report and no reason. The assignment stays and the
+// shard says why.
+func TestCP3_TooFewCountedWaitsAfterTwoPowerCuts(t *testing.T) {
+	ns := namespace(t)
+	brokers := placed(t, ns, "cp3q", 3, 1, 3)
+	sh := getShard(t, ns, "s-0")
+	leader := brokers[sh.Status.Assignment.Leader]
+	var f1, f2 *fakeBroker
+	for _, r := range sh.Spec.Replicas {
+		if r == leader.name {
+			continue
+		}
+		if f1 == nil {
+			f1 = brokers[r]
+		} else {
+			f2 = brokers[r]
+		}
+	}
+	leader.reports.Set("s-0", report(leader, 1, line(f1, f1.storageID, 90, false), line(f2, f2.storageID, 100, true)))
+	eventually(t, 10*time.Second, "caughtUp 2/3", func() (bool, string) {
+		s := getShard(t, ns, "s-0")
+		return s.Status.CaughtUp == "2/3", s.Status.CaughtUp
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// f1's power cut: a new boot, a new storage id.
+	if _, err := f1.cp.Register(ctx, newStorageID(), 1, ""); err != nil {
+		t.Fatalf("f1 re-register: %v", err)
+	}
+	// Then the leader's, before its report named f1's new id.
+	if _, err := leader.cp.Register(ctx, newStorageID(), 1, ""); err != nil {
+		t.Fatalf("leader re-register: %v", err)
+	}
+	eventually(t, 15*time.Second, "Waiting TooFewCounted", func() (bool, string) {
+		s := getShard(t, ns, "s-0")
+		c := condition(s.Status.Conditions, felixv1.ConditionWaiting)
+		if c == nil {
+			return false, "no condition; " + assignmentString(s.Status.Assignment)
+		}
+		return c.Status == metav1.ConditionTrue && c.Reason == "TooFewCounted", c.Reason + ": " + c.Message + "; " + assignmentString(s.Status.Assignment)
+	})
+	s := getShard(t, ns, "s-0")
+	if a := s.Status.Assignment; a.Epoch != 1 || a.Leader != leader.name {
+		t.Fatalf("promoted while fewer than a quorum can be counted: %s", assignmentString(a))
+	}
+	c := condition(s.Status.Conditions, felixv1.ConditionWaiting)
+	if !strings.Contains(c.Message, f2.name+": Eligible") || !strings.Contains(c.Message, f1.name+": IDChanged") ||
+		!strings.Contains(c.Message, leader.name+": IDChanged") {
+		t.Errorf("Waiting message should name each replica's verdict: %s", c.Message)
+	}
+	eventually(t, 10*time.Second, "Waiting event", func() (bool, string) { return hasEvent(ns, "s-0", "Waiting") })
+}
+
+// assignmentString renders an assignment for a test message.
+func assignmentString(a *felixv1.Assignment) string {
+	if a == nil {
+		return "no assignment"
+	}
+	return fmt.Sprintf("%s@%d/inc%d counted=%v", a.Leader, a.Epoch, a.LeaderIncarnation, a.Counted)
 }
 
 // TestCP2_LiveLeadersUnchangedReportStaysUsable: a live leader's
