@@ -99,6 +99,12 @@ func nemesisFsyncMode(t *testing.T) felixv1.FsyncMode {
 // mode its claims are on powerfs when FUSE is available.
 const nemesisNamespace = "nemesis"
 
+// nemesisStreams are the nemesis's streams: the sequential writer's and the
+// history workload's. Between faults each one's shard must be whole again
+// (every replica caught up under its current storage id), so that no shard
+// ever has more than one faulty replica.
+var nemesisStreams = []string{"nemesis", "nemesis-h"}
+
 // powerLossAvailable reports whether a powerfs can be mounted here (FUSE:
 // /dev/fuse, fusermount3, root); FELIX_SKIP_POWERCUT=1 says no.
 func powerLossAvailable(t *testing.T) bool {
@@ -143,8 +149,9 @@ func mountsLeft(t *testing.T, dir string) {
 // the local cluster while a nemesis injects, one at a time through the
 // podrunner, kill -9 (the runner restarts the broker), SIGSTOP/SIGCONT for
 // 0.5-3 s, and volume wipe with kill -9 (a restart on an empty disk) of a
-// random broker, waiting between faults until the shard reports every
-// replica caught up (so at most one replica is faulty at once). At the end
+// random broker, waiting between faults until the shards of both streams
+// report every replica caught up (so at most one replica of a shard is
+// faulty at once). At the end
 // every acknowledged record is read back exactly once, in offset order,
 // from the leader. It prints the faults injected and the records verified.
 //
@@ -212,9 +219,15 @@ func scenarioNemesis(t *testing.T, ctx context.Context, lc *localcluster.Cluster
 	end := time.Now().Add(duration)
 	healed := time.Now()
 	for time.Now().Before(end) {
-		// Between faults: a report taken after the last fault healed shows
-		// every replica caught up.
-		tn.caughtUpSince("nemesis", healed, 3*time.Minute)
+		// Between faults: on both streams, a report taken after the last
+		// fault healed shows every replica caught up under its current
+		// storage id. Waiting for one stream only let the next fault land
+		// while the other's shard still had a replica to copy again: two
+		// faulty replicas of three, and after two power cuts in a row
+		// under periodic no leader could count a quorum (docs/testing.md).
+		for _, st := range nemesisStreams {
+			tn.caughtUpSince(st, healed, 3*time.Minute)
+		}
 		cuts.checkNotCounted(tn)
 		victim := fmt.Sprintf("%s-%d", tn.cluster, rng.IntN(3))
 		before := tn.broker(victim)
@@ -350,16 +363,16 @@ type powerCuts struct {
 	loss          powerfs.Loss
 	rotated, kept int
 	// old are the storage ids brokers left behind in a power cut, with
-	// the shard's epoch when the new id was registered: no assignment of
-	// a later epoch may count them under those ids, and no report may
-	// name them.
+	// each stream's shard epoch when the new id was registered: no
+	// assignment of a later epoch may count them under those ids, and no
+	// report may name them.
 	old []leftBehind
 }
 
 // leftBehind is a storage id a broker left behind in a power cut.
 type leftBehind struct {
 	name, id string
-	epoch    int64
+	epochs   map[string]int64 // by stream
 }
 
 func (c *powerCuts) add(l powerfs.Loss) {
@@ -387,31 +400,41 @@ func (c *powerCuts) registered(tn *tenant, fsync felixv1.FsyncMode, name, before
 		return
 	}
 	c.rotated++
-	var epoch int64
-	if s := tn.shard("nemesis"); s != nil && s.Status.Assignment != nil {
-		epoch = s.Status.Assignment.Epoch
+	epochs := map[string]int64{}
+	for _, st := range nemesisStreams {
+		if s := tn.shard(st); s != nil && s.Status.Assignment != nil {
+			epochs[st] = s.Status.Assignment.Epoch
+		}
 	}
-	c.old = append(c.old, leftBehind{name: name, id: before, epoch: epoch})
+	c.old = append(c.old, leftBehind{name: name, id: before, epochs: epochs})
 	t.Logf("power cut: %s storage id %s -> %s", name, before, after)
 }
 
-// checkNotCounted fails the test if an assignment of the nemesis shard
-// made after a broker registered its new storage id counts it under the
-// id it left behind in a power cut, or the report names it under that id.
-// (An assignment from before keeps the replicas counted when it was made.)
-// Called once the shard has caught up again after the cut, when a report
-// from after the re-registration stands.
+// checkNotCounted fails the test if an assignment of a nemesis shard made
+// after a broker registered its new storage id counts it under the id it
+// left behind in a power cut, or the shard's report names it under that
+// id. (An assignment from before keeps the replicas counted when it was
+// made.) Called once the shards have caught up again after the cut, when
+// reports from after the re-registration stand.
 func (c *powerCuts) checkNotCounted(tn *tenant) {
+	tn.t.Helper()
+	for _, st := range nemesisStreams {
+		c.checkShardNotCounted(tn, st)
+	}
+}
+
+// checkShardNotCounted is checkNotCounted for one stream's shard.
+func (c *powerCuts) checkShardNotCounted(tn *tenant, stream string) {
 	tn.t.Helper()
 	if len(c.old) == 0 {
 		return
 	}
-	s := tn.shard("nemesis")
+	s := tn.shard(stream)
 	if s == nil {
 		return
 	}
 	for _, o := range c.old {
-		if a := s.Status.Assignment; a != nil && a.Epoch > o.epoch {
+		if a := s.Status.Assignment; a != nil && a.Epoch > o.epochs[stream] {
 			for _, ct := range a.Counted {
 				if ct.Name == o.name && ct.StorageID == o.id {
 					tn.t.Errorf("the assignment counts %s under %s, the storage id it left behind in a power cut: %s", o.name, o.id, shardState(s))
