@@ -22,7 +22,7 @@ func Decide(in Input) Decision {
 	a := *in.Assignment
 	lb, known := in.Brokers[a.Leader]
 	if known && lb.State == Up && lb.Incarnation == a.LeaderIncarnation {
-		return Decision{Action: Keep, Leader: a.Leader, Epoch: a.Epoch, LeaderIncarnation: a.LeaderIncarnation}
+		return preferredLeader(in, a)
 	}
 	lost := ReasonLeaderUnavailable
 	if known && lb.State == Up {
