@@ -24,7 +24,8 @@ func failedOver(t *testing.T, c *felixv1.FelixCluster) (p, f1, f2 *fakeBroker) {
 	if sh.Status.Assignment.Leader != p.name {
 		t.Fatalf("first leader %s; want the preferred replica %s", sh.Status.Assignment.Leader, p.name)
 	}
-	p.reports.Set("s-0", report(p, 1, line(f1, f1.storageID, 100, true), line(f2, f2.storageID, 100, true)))
+	// f1 confirmed the most: the failover picks it.
+	p.reports.Set("s-0", report(p, 1, line(f1, f1.storageID, 110, true), line(f2, f2.storageID, 100, true)))
 	eventually(t, 10*time.Second, "caughtUp 3/3", func() (bool, string) {
 		s := getShard(t, ns, "s-0")
 		return s.Status.CaughtUp == "3/3", s.Status.CaughtUp
