@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +159,33 @@ func TestSpread_DistinctBrokersZonesAndRotatingLeaders(t *testing.T) {
 	var short *errNotEnoughBrokers
 	if _, err := spreadReplicas(plain, 0, 5); !errors.As(err, &short) || short.Brokers != 3 {
 		t.Fatalf("5 replicas on 3 brokers: %v", err)
+	}
+}
+
+// TestSpread_StreamsStartAtDifferentBrokers: the first shards of many
+// single-shard streams, the preferred leaders, spread over the brokers
+// rather than all landing on the first; at most ceil(streams/brokers)+1
+// per broker for this fixed set of names.
+func TestSpread_StreamsStartAtDifferentBrokers(t *testing.T) {
+	slots := []brokerSlot{{"c-0", ""}, {"c-1", ""}, {"c-2", ""}, {"c-3", ""}, {"c-4", ""}}
+	firsts := map[string]int{}
+	const streams = 50
+	for i := 0; i < streams; i++ {
+		name := fmt.Sprintf("orders-%d", i)
+		set, err := spreadReplicas(slots, streamOffset(name, len(slots)), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		firsts[set[0]]++
+	}
+	limit := (streams+len(slots)-1)/len(slots) + 1
+	for _, s := range slots {
+		if firsts[s.Name] == 0 || firsts[s.Name] > limit+3 {
+			t.Fatalf("first replicas of %d streams per broker %v; want every broker near %d", streams, firsts, streams/len(slots))
+		}
+	}
+	if streamOffset("events", 5) != streamOffset("events", 5) || streamOffset("x", 0) != 0 {
+		t.Fatal("streamOffset is not deterministic or not bounded")
 	}
 }
 

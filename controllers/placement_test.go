@@ -18,7 +18,14 @@ import (
 // assigned at epoch 1.
 func placed(t *testing.T, ns, cluster string, n int32, shards, replicas int32) map[string]*fakeBroker {
 	t.Helper()
-	create(t, fastCluster(ns, cluster, n))
+	return placedIn(t, fastCluster(ns, cluster, n), shards, replicas)
+}
+
+// placedIn is placed with the cluster given.
+func placedIn(t *testing.T, c *felixv1.FelixCluster, shards, replicas int32) map[string]*fakeBroker {
+	t.Helper()
+	ns, cluster, n := c.Namespace, c.Name, c.Spec.Brokers
+	create(t, c)
 	waitForBrokers(t, ns, cluster, n)
 	brokers := map[string]*fakeBroker{}
 	for i := int32(0); i < n; i++ {

@@ -97,6 +97,7 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		vouchedAt = reportVouchedAt(&sh, hb, ok)
 	}
 	now := r.Clock.Now()
+	preferred, settle := preferredLeader(cluster, &sh)
 	d := placement.Decide(placement.Input{
 		Replicas:   sh.Spec.Replicas,
 		Brokers:    registry,
@@ -106,7 +107,9 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		NodeExpiry: nodeExpiry,
 		Heartbeat:  heartbeat,
 		// [CP-1] the leader's time of its view is on its own clock.
-		MaxClockSkew: r.MaxClockSkew,
+		MaxClockSkew:   r.MaxClockSkew,
+		Preferred:      preferred,
+		PreferredAfter: settle,
 	})
 	if d.Action == placement.Promote && sh.Spec.FirstEpoch > 0 && d.Epoch < uint64(sh.Spec.FirstEpoch) {
 		// A restored shard: its logs may hold records up to FirstEpoch-1,
@@ -143,7 +146,25 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if d.Action == placement.Wait {
 		return ctrl.Result{RequeueAfter: nodeExpiry}, nil
 	}
+	if d.RecheckAfter > 0 {
+		// The preferred replica is settling: look again when it has.
+		return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+	}
 	return ctrl.Result{}, nil
+}
+
+// preferredLeader returns the replica placement should move the shard's
+// leadership to when it safely can, and its settle time: the first of
+// the replica set, unless the cluster turned balancing off (or is gone).
+func preferredLeader(c *felixv1.FelixCluster, sh *felixv1.FelixShard) (string, time.Duration) {
+	if c == nil || len(sh.Spec.Replicas) == 0 {
+		return "", 0
+	}
+	on, settle := c.Spec.PreferredLeaderBalance()
+	if !on {
+		return "", 0
+	}
+	return sh.Spec.Replicas[0], settle
 }
 
 // shardConditions computes Ready and Waiting.
@@ -226,6 +247,11 @@ func (r *FelixShardReconciler) emit(sh *felixv1.FelixShard, d placement.Decision
 		prev := ""
 		if before.Assignment != nil {
 			prev = fmt.Sprintf(" after %s at epoch %d", before.Assignment.Leader, before.Assignment.Epoch)
+		}
+		if d.Reason == placement.ReasonPreferredLeader {
+			r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Switchover", "Place", "%s, the preferred replica, leads at epoch %d%s (planned: caught up under its storage id); counted: %s",
+				d.Leader, d.Epoch, prev, countedList(d.Counted))
+			return
 		}
 		r.Events.Eventf(sh, nil, corev1.EventTypeWarning, "Promoted", "Place", "%s promoted at epoch %d%s (%s); counted: %s",
 			d.Leader, d.Epoch, prev, d.Reason, countedList(d.Counted))

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"hash/fnv"
 	"sort"
 )
 
@@ -64,4 +65,17 @@ func spreadReplicas(brokers []brokerSlot, index int32, replicas int) ([]string, 
 		out = append(out, order[(int(index)+k)%len(order)])
 	}
 	return out, nil
+}
+
+// streamOffset is where a stream's shard 0 starts in the interleaved
+// broker order: a hash of the stream's name, so that the first shards of
+// many streams (each one a preferred leader) spread over the brokers
+// instead of all starting on the first. Deterministic, like the sets.
+func streamOffset(stream string, brokers int) int32 {
+	if brokers <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(stream))
+	return int32(h.Sum32() % uint32(brokers))
 }

@@ -168,7 +168,7 @@ func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.Fel
 			}
 			listed = true
 		}
-		set, err := spreadReplicas(slots, i, replicas)
+		set, err := spreadReplicas(slots, streamOffset(s.Name, len(slots))+i, replicas)
 		if err != nil {
 			return created, err
 		}

@@ -15,7 +15,22 @@ const (
 	DefaultNodeExpiry        time.Duration = 10 * time.Second
 	DefaultFsyncInterval     time.Duration = 100 * time.Millisecond
 	DefaultStorageSize                     = "1Gi"
+	DefaultLeaderSettleTime  time.Duration = 30 * time.Second
 )
+
+// PreferredLeaderBalance reports whether leadership moves to preferred
+// replicas (spec.leaderBalance.mode, Preferred unless Off), and after
+// what settle time.
+func (s *FelixClusterSpec) PreferredLeaderBalance() (on bool, settle time.Duration) {
+	if s.LeaderBalance.Mode == LeaderBalanceOff {
+		return false, 0
+	}
+	settle = DefaultLeaderSettleTime
+	if d := s.LeaderBalance.SettleTime; d != nil && d.Duration >= 0 {
+		settle = d.Duration
+	}
+	return true, settle
+}
 
 // HeartbeatIntervalOrDefault returns spec.heartbeatInterval, or its default.
 func (s *FelixClusterSpec) HeartbeatIntervalOrDefault() time.Duration {

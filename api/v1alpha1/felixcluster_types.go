@@ -45,6 +45,15 @@ type FelixClusterSpec struct {
 	// +optional
 	NodeExpiry *metav1.Duration `json:"nodeExpiry,omitempty"`
 
+	// LeaderBalance says whether the operator moves each shard's
+	// leadership back to its preferred replica (the first of its replica
+	// set; first replicas rotate across brokers and zones) after a
+	// failover or a start left it elsewhere, so writes spread over the
+	// brokers. Balanced by default.
+	// +kubebuilder:default={mode: Preferred}
+	// +optional
+	LeaderBalance LeaderBalanceSpec `json:"leaderBalance,omitempty"`
+
 	// Resources are the compute resources of each broker container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
@@ -61,6 +70,37 @@ type FelixClusterSpec struct {
 	// by default (see SecuritySpec).
 	// +optional
 	Security SecuritySpec `json:"security,omitempty"`
+}
+
+// LeaderBalanceMode says whether leadership moves to preferred replicas.
+// +kubebuilder:validation:Enum=Preferred;Off
+type LeaderBalanceMode string
+
+const (
+	// LeaderBalancePreferred: a shard's leadership moves to its preferred
+	// replica in a planned promotion once that replica has been up for
+	// the settle time and its current leader's fresh report counts it
+	// caught up under its registered storage id ([CP-1]); the new leader
+	// fences at a new epoch, as after a failover.
+	LeaderBalancePreferred LeaderBalanceMode = "Preferred"
+	// LeaderBalanceOff: leaders stay where promotions left them.
+	LeaderBalanceOff LeaderBalanceMode = "Off"
+)
+
+// LeaderBalanceSpec configures leader balancing.
+type LeaderBalanceSpec struct {
+	// Mode is Preferred (the default) or Off.
+	// +kubebuilder:default=Preferred
+	// +optional
+	Mode LeaderBalanceMode `json:"mode,omitempty"`
+
+	// SettleTime is how long a preferred replica must have been
+	// registered at its current incarnation before leadership moves back
+	// to it, so a broker that just restarted is let settle and one that
+	// restarts repeatedly is not handed its shards back each time.
+	// +kubebuilder:default="30s"
+	// +optional
+	SettleTime *metav1.Duration `json:"settleTime,omitempty"`
 }
 
 // RestoreSpec names the backup a cluster starts from.

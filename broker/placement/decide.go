@@ -31,7 +31,7 @@ func Decide(in Input) Decision {
 			return Decision{Action: Wait, Reason: ReasonTooFewCounted, Leader: a.Leader, Epoch: a.Epoch,
 				LeaderIncarnation: a.LeaderIncarnation, Candidates: countedVerdicts(in, a.Counted)}
 		}
-		return Decision{Action: Keep, Leader: a.Leader, Epoch: a.Epoch, LeaderIncarnation: a.LeaderIncarnation}
+		return preferredLeader(in, a)
 	}
 	lost := ReasonLeaderUnavailable
 	if known && lb.State == Up {

@@ -148,6 +148,20 @@ type Input struct {
 	Now        time.Time
 	NodeExpiry time.Duration
 	Heartbeat  time.Duration
+	// Preferred is the replica that should lead when it safely can (the
+	// shard's preferred leader, the first of its replica set, as the
+	// operator spreads replica sets so that first replicas rotate across
+	// brokers); "" turns leader balancing off. While the current leader is
+	// healthy, Decide moves leadership to it through a planned promotion
+	// (ReasonPreferredLeader) once it has been Up at its current
+	// incarnation for PreferredAfter and the current leader's fresh report
+	// counts it caught up under its registered id [CP-1].
+	Preferred string
+	// PreferredAfter is how long the preferred replica must have been
+	// registered at its current incarnation before leadership moves to
+	// it: a broker that just restarted is let settle (and a flapping one
+	// is not handed every shard back at each start).
+	PreferredAfter time.Duration
 	// MaxClockSkew bounds how far a broker's clock may run ahead of the
 	// control plane's. [CP-1] counts a follower registered without a
 	// storage id only if Report.ViewAt - MaxClockSkew is at or after its
@@ -232,6 +246,11 @@ const (
 	// assignment, while an assigned leader that has not fenced yet can no
 	// longer count a quorum.
 	ReasonTooFewCounted
+	// ReasonPreferredLeader: a planned leader change while the current
+	// leader is healthy, to the shard's preferred replica (Input.Preferred)
+	// once it is caught up under its registered id; the new leader fences
+	// at a new epoch exactly as after a failover.
+	ReasonPreferredLeader
 )
 
 // String returns the reason as a CamelCase condition reason.
@@ -257,6 +276,8 @@ func (r Reason) String() string {
 		return "TooFewRegistered"
 	case ReasonTooFewCounted:
 		return "TooFewCounted"
+	case ReasonPreferredLeader:
+		return "PreferredLeader"
 	default:
 		return fmt.Sprintf("Reason(%d)", uint8(r))
 	}
@@ -341,4 +362,8 @@ type Decision struct {
 	// Candidates lists every assessed replica, best first (Promote and
 	// Wait after a leader loss), for conditions and events.
 	Candidates []Candidate
+	// RecheckAfter, with Keep, is how long until the preferred replica
+	// has been registered for Input.PreferredAfter, when that alone keeps
+	// leadership from moving to it: decide again then. Zero otherwise.
+	RecheckAfter time.Duration
 }

@@ -20,6 +20,9 @@ const (
 	// nodeExpiryTicks is how long the control plane waits for a heartbeat
 	// before marking a broker Down.
 	nodeExpiryTicks = 4
+	// preferredSettleTicks is the settle time of Config.PreferredLeader:
+	// short, so that switchovers happen often within a schedule.
+	preferredSettleTicks = 3
 	// periodicSyncTicks is the Periodic fsync interval.
 	periodicSyncTicks = 3
 	// noneWritebackPct is the chance per tick that the kernel writes a
@@ -65,6 +68,11 @@ type Config struct {
 	// LegacyPeers makes about half the brokers older builds without
 	// storage ids (a mixed-version cluster).
 	LegacyPeers bool
+	// PreferredLeader gives placement a preferred replica (chosen by the
+	// seed), as the operator does by default: while the leader is
+	// healthy, leadership moves to it in a planned promotion once it has
+	// settled and is caught up under its registered id.
+	PreferredLeader bool
 }
 
 // Invariant names a checked property. A Failure carries one.
@@ -148,6 +156,9 @@ type Stats struct {
 	// placement.Reason.
 	Promotions int
 	Waits      map[string]int
+	// Switchovers counts the promotions that were planned moves to the
+	// preferred replica (Config.PreferredLeader).
+	Switchovers int
 	// Rotations counts starts that took a new storage id (first starts
 	// included).
 	Rotations int
@@ -196,6 +207,7 @@ func (s *Stats) Add(o Stats) {
 		s.Waits[k] += v
 	}
 	s.Promotions += o.Promotions
+	s.Switchovers += o.Switchovers
 	s.Rotations += o.Rotations
 	s.Delivered += o.Delivered
 	s.Lost += o.Lost
@@ -211,8 +223,8 @@ func (s *Stats) Add(o Stats) {
 // String renders the figures with sorted keys.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d rotations=%d delivered=%d lost=%d trims=%d compactions=%d resets=%d overlapped=%d ended-serving=%d",
-		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Rotations, s.Delivered, s.Lost,
+	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d switchovers=%d rotations=%d delivered=%d lost=%d trims=%d compactions=%d resets=%d overlapped=%d ended-serving=%d",
+		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Switchovers, s.Rotations, s.Delivered, s.Lost,
 		s.Trims, s.Compactions, s.Resets, s.Overlapped, s.EndedServed)
 	b.WriteString(" faults{" + renderCounts(s.Faults) + "}")
 	b.WriteString(" waits{" + renderCounts(s.Waits) + "}")

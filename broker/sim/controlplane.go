@@ -95,6 +95,10 @@ func (s *simulation) placementInput() placement.Input {
 		in.Brokers[string(n.id)] = placement.Broker{StorageID: string(g.sid), Incarnation: g.inc,
 			RegisteredAt: g.registeredAt, State: g.state, LastHeartbeat: g.lastHBAt}
 	}
+	if s.cfg.PreferredLeader {
+		in.Preferred = string(s.nodes[s.cfg.Seed%uint64(len(s.nodes))].id)
+		in.PreferredAfter = preferredSettleTicks * time.Second
+	}
 	if cp.assign != nil {
 		a := *cp.assign
 		in.Assignment = &a
@@ -158,6 +162,9 @@ func (s *simulation) decide() {
 	cp.waiting = ""
 	s.checkPromotion(d)
 	s.stats.Promotions++
+	if d.Reason == placement.ReasonPreferredLeader {
+		s.stats.Switchovers++
+	}
 	a := &placement.Assignment{Leader: d.Leader, Epoch: d.Epoch, LeaderIncarnation: d.LeaderIncarnation,
 		Counted: d.Counted}
 	cp.assign = a

@@ -18,6 +18,7 @@ var (
 	flagTrace  = flag.Bool("sim.trace", false, "with -sim.seed: print the trace even when the seed passes")
 	flagOff    = flag.String("sim.off", "", "with -sim.seed: switch rules off (rp3,rp4,rp5,fence,cp1,cp1fresh,id3), as a twin does")
 	flagLegacy = flag.Bool("sim.legacy", false, "with -sim.seed: about half the brokers are older builds without storage ids")
+	flagPrefer = flag.Bool("sim.preferred", false, "with -sim.seed: placement moves leadership to a preferred replica (TestSim_PreferredLeader)")
 )
 
 // outcome is one seed's result in a sweep.
@@ -82,6 +83,9 @@ func replayReport(cfg Config, f *Failure) string {
 	if cfg.LegacyPeers {
 		b.WriteString(" -sim.legacy")
 	}
+	if cfg.PreferredLeader {
+		b.WriteString(" -sim.preferred")
+	}
 	if off := cfg.Off(); off != "" {
 		b.WriteString(" -sim.off " + off)
 	}
@@ -100,7 +104,8 @@ func TestSim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := Config{Seed: *flagSeed, Steps: *flagSteps, Keep: keep, Trace: true, LegacyPeers: *flagLegacy}
+		cfg := Config{Seed: *flagSeed, Steps: *flagSteps, Keep: keep, Trace: true, LegacyPeers: *flagLegacy,
+			PreferredLeader: *flagPrefer}
 		if err := cfg.ParseOff(*flagOff); err != nil {
 			t.Fatal(err)
 		}
@@ -132,6 +137,38 @@ func TestSim(t *testing.T) {
 		t.Errorf("%d of %d seeds failed: %s", len(failed), *flagSeeds, strings.Join(seeds, " "))
 		o := failed[0]
 		t.Fatalf("first failing seed:\n%s", replayReport(Config{Seed: o.seed, Steps: *flagSteps}, o.res.Failure))
+	}
+}
+
+// TestSim_PreferredLeader runs a quarter of the seeds with placement moving
+// leadership to a preferred replica whenever it safely can (the
+// operator's default): planned promotions while the old leader is alive
+// and serving must keep every invariant, exactly as failovers do.
+func TestSim_PreferredLeader(t *testing.T) {
+	base := Config{Steps: *flagSteps, PreferredLeader: true}
+	outs := sweep(base, *flagFirst, max(*flagSeeds/4, 1), nil)
+	total := newStats()
+	var failed []outcome
+	for _, o := range outs {
+		total.Add(o.res.Stats)
+		if o.res.Failure != nil {
+			failed = append(failed, o)
+		}
+	}
+	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, *flagSteps, total)
+	if len(failed) > 0 {
+		var seeds []string
+		for _, o := range failed {
+			seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
+		}
+		t.Errorf("%d of %d seeds failed: %s", len(failed), len(outs), strings.Join(seeds, " "))
+		o := failed[0]
+		cfg := base
+		cfg.Seed = o.seed
+		t.Fatalf("first failing seed:\n%s", replayReport(cfg, o.res.Failure))
+	}
+	if total.Switchovers == 0 {
+		t.Fatalf("no planned promotion in %d seeds: the sweep did not exercise switchovers", len(outs))
 	}
 }
 
