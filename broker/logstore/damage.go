@@ -31,7 +31,8 @@ const (
 	// mark says which were) whose value was lost is a torn tail: it and
 	// every later batch of its log are dropped, as the fsync modes allow,
 	// whatever the later ones read as. A lost batch a sync covered is
-	// damage.
+	// damage. (A store written before the sync mark existed: every lost
+	// batch is a torn tail.)
 	LastRunUnknown LastRun = iota
 	// LastRunComplete: every write of the previous run is on disk: it
 	// stopped cleanly (Close syncs everything, in every mode), or it
@@ -75,8 +76,9 @@ type replayState struct {
 func (s *Store) tornOK(v []byte, version uint64) bool {
 	switch s.opts.LastRun {
 	case LastRunUnknown:
-		// Only what no sync covered may have been lost by the crash.
-		return version > s.syncedAtOpen
+		// Only what no sync covered may have been lost by the crash
+		// (a store without a sync mark: anything).
+		return !s.syncMarked || version > s.syncedAtOpen
 	case LastRunAcknowledgedDurable:
 		if isRef(v) {
 			r, err := decodeRef(v)

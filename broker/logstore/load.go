@@ -107,13 +107,15 @@ func (l *Log) load() error {
 // covered: a disk's writeback need not keep their order, so the newest
 // value can read back while an older one reads as zeros or fails its
 // checksum. The walk then reads every batch newer than the sync mark the
-// previous run left (syncmark.go; all of them if it left none), newest
-// first, down to and including the newest batch a sync covered: about
+// previous run left (syncmark.go), newest first, down to and including
+// the newest batch a sync covered: about
 // the writes of one or two sync intervals under periodic, everything
 // since the last sync under none. A lost batch no sync covered is a torn
 // tail; one a sync covered is damage.
 //
-// Otherwise (LastRunComplete, LastRunAcknowledgedDurable) the walk only
+// Otherwise (LastRunComplete, LastRunAcknowledgedDurable, or a store
+// written before the sync mark existed, whose lost batches are all taken
+// for a torn tail, as they always were) the walk only
 // looks for what the commit log's replay or a rewrite left behind:
 // badger writes transactions to the value log in commit order, one
 // transaction's entries together, so it goes back from the newest
@@ -156,8 +158,11 @@ func (l *Log) repairLost(full bool) error {
 		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true, PrefetchValues: false})
 		defer rit.Close()
 		// After a stop that may have lost writes the walk covers every
-		// batch no sync covered, down to the newest one a sync did.
-		bySync := l.s.opts.LastRun == LastRunUnknown
+		// batch no sync covered, down to the newest one a sync did. A
+		// store from before the sync mark keeps the walk it had: what
+		// it synced is not known, and walking its whole log would take
+		// damage anywhere in it for a torn tail.
+		bySync := l.s.opts.LastRun == LastRunUnknown && l.s.syncMarked
 		var stop uint64 // version of the newest value-log batch that read back
 		for rit.Seek(seek); rit.Valid(); rit.Next() {
 			item := rit.Item()

@@ -18,8 +18,8 @@ import (
 // it on; FELIX_OPEN_TIME_UNSYNCED batches follow the last sync (default
 // 2,000: about two 100 ms intervals of the standalone broker's appends on
 // powerfs). It prints the open time with the sync mark the run left and
-// without one (the whole log is then walked, as for a store from before
-// the mark), the median of five opens of a fresh copy each, and the
+// without one (a store from before the mark: the walk stops at the first
+// batch that reads), the median of five opens of a fresh copy each, and the
 // median time of the walk alone and of a walk of the whole log, run
 // again on the opened store (warm page cache).
 func TestOpenTimeAfterPowerCut(t *testing.T) {

@@ -82,8 +82,10 @@ type Store struct {
 	// syncedAtOpen: the sync mark found on open (syncmark.go): every
 	// transaction of a version at or below it reached the disk in an
 	// earlier run, so a batch of such a version that does not read back
-	// is damage, never a torn tail. 0 when the store has none.
+	// is damage, never a torn tail. syncMarked: the store had one (a
+	// store written before the mark existed has none).
 	syncedAtOpen uint64
+	syncMarked   bool
 	// syncMu orders the syncs that write the sync mark; syncMarkAt is
 	// the badger version of the newest mark written (0: none yet).
 	syncMu     sync.Mutex
@@ -187,7 +189,7 @@ func Open(opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	s.syncedAtOpen, err = readSyncMark(db)
+	s.syncedAtOpen, s.syncMarked, err = readSyncMark(db)
 	if errors.Is(err, errCorrupt) {
 		// Nothing is taken for a torn tail then: every batch that does
 		// not read back is reported as damage.

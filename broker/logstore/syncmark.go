@@ -62,14 +62,14 @@ func (s *Store) syncDB() error {
 func encodeSyncMark(version uint64) []byte { return encodeTrimMark(version) }
 
 // readSyncMark returns the stored sync mark: every transaction of a
-// version at or below it reached the disk. A store without one (new, or
-// written before the mark existed) answers 0: nothing is known durable. A
-// mark that does not decode is damage to the store's own records; it
-// answers the highest version, so that nothing is taken for a torn tail
-// (every lost batch is then reported, never dropped), and says so.
-func readSyncMark(db *badger.DB) (uint64, error) {
+// version at or below covered reached the disk. found is false for a
+// store without one (new, or written before the mark existed). A mark
+// that does not decode is damage to the store's own records: it answers
+// the highest version with an error wrapping errCorrupt, so that nothing
+// is taken for a torn tail (every lost batch is reported, never dropped).
+func readSyncMark(db *badger.DB) (covered uint64, found bool, err error) {
 	var v []byte
-	err := db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(syncMarkKey())
 		if err != nil {
 			return err
@@ -78,16 +78,16 @@ func readSyncMark(db *badger.DB) (uint64, error) {
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("logstore: read the sync mark: %w", err)
+		return 0, false, fmt.Errorf("logstore: read the sync mark: %w", err)
 	}
-	covered, err := decodeTrimMark(v)
+	covered, err = decodeTrimMark(v)
 	if err != nil {
-		return math.MaxUint64, fmt.Errorf("logstore: sync mark: %w", err)
+		return math.MaxUint64, true, fmt.Errorf("logstore: sync mark: %w", err)
 	}
-	return covered, nil
+	return covered, true, nil
 }
 
 // keyVersion returns badger's version of key.

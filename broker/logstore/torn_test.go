@@ -243,7 +243,7 @@ func TestSyncMarkFollowsWritesAndIdleStoreWritesNone(t *testing.T) {
 		s.syncMu.Lock()
 		at = s.syncMarkAt
 		s.syncMu.Unlock()
-		covered, err := readSyncMark(s.db)
+		covered, _, err := readSyncMark(s.db)
 		if err != nil {
 			t.Fatal(err)
 		}
