@@ -27,8 +27,12 @@ const (
 	// LastRunUnknown (the zero value): the previous run may have lost
 	// acknowledged writes (an unclean stop under periodic or none after a
 	// machine crash, so the storage id rotates [ID-3]), or the caller
-	// cannot tell. A batch whose value was lost is a torn tail: it and
-	// every later batch of its log are dropped, as the fsync modes allow.
+	// cannot tell. A batch no sync of that run covered (the store's sync
+	// mark says which were) whose value was lost is a torn tail: it and
+	// every later batch of its log are dropped, as the fsync modes allow,
+	// whatever the later ones read as. A lost batch a sync covered is
+	// damage. (A store written before the sync mark existed: every lost
+	// batch is a torn tail.)
 	LastRunUnknown LastRun = iota
 	// LastRunComplete: every write of the previous run is on disk: it
 	// stopped cleanly (Close syncs everything, in every mode), or it
@@ -72,7 +76,9 @@ type replayState struct {
 func (s *Store) tornOK(v []byte, version uint64) bool {
 	switch s.opts.LastRun {
 	case LastRunUnknown:
-		return true
+		// Only what no sync covered may have been lost by the crash
+		// (a store without a sync mark: anything).
+		return !s.syncMarked || version > s.syncedAtOpen
 	case LastRunAcknowledgedDurable:
 		if isRef(v) {
 			r, err := decodeRef(v)

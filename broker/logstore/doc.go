@@ -17,9 +17,12 @@
 //
 // Batches of at least Options.ValueThreshold bytes (by default badger's
 // 1 MiB) live in badger's value log, a file separate from its tree. A
-// machine crash can keep a pointer whose value did not reach the disk;
-// opening finds such batches from a per-log marker and drops them with
-// every later batch, or restores an older copy of a rewritten batch, so a
-// log always restarts at a prefix (Log.repairLost). Store.CollectValueLog
-// reclaims the value log's space with the same care.
+// machine crash can keep a pointer whose value did not reach the disk,
+// and need not keep the order of the writes no sync covered. Every sync
+// records the newest badger version it covered (the sync mark); opening
+// checks, from a per-log marker, the batches no sync covered, drops the
+// oldest lost one with every later batch, or restores an older copy of a
+// rewritten batch, so a log always restarts at a prefix, and reports a
+// lost batch a sync covered as damage (Log.repairLost, Options.LastRun).
+// Store.CollectValueLog reclaims the value log's space with the same care.
 package logstore

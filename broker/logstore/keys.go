@@ -20,6 +20,7 @@ import (
 //	'f' | commit-log file u64 | log number u32                   -> highest batch start of the log in the file
 //	'w'                                                          -> first commit-log file a replay reads
 //	'k' | log number u32                                         -> floor kept across ResetAt (a trim index entry)
+//	's'                                                          -> newest badger version a completed sync covered
 //
 // A log number is a small integer the catalog assigns at creation, so data
 // keys stay short. A batch never straddles a segment: the writer splits an
@@ -36,6 +37,7 @@ const (
 	prefixFilePin  = 'f'
 	prefixReplay   = 'w'
 	prefixKeptFlr  = 'k'
+	prefixSyncMark = 's'
 )
 
 const dataKeyLen = 1 + 4 + 8 + 8
@@ -134,6 +136,12 @@ func parseFilePinKey(k []byte) (seq uint64, num uint32, err error) {
 	}
 	return binary.BigEndian.Uint64(k[1:]), binary.BigEndian.Uint32(k[9:]), nil
 }
+
+// syncMarkKey holds the sync mark (syncmark.go): every transaction of a
+// badger version at or below it was on disk when it was written.
+// Directories written before it existed have none; older versions ignore
+// it.
+func syncMarkKey() []byte { return []byte{prefixSyncMark} }
 
 // replayMarkKey holds the sequence number of the first commit-log file a
 // replay reads: every earlier file's frames are in badger, synced.

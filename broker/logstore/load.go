@@ -100,20 +100,38 @@ func (l *Log) load() error {
 // value as empty (it logs the error and returns no value). Smaller values
 // live in the tree itself, so a batch after a lost one can survive.
 //
+// Which batches the walk reads depends on what the previous run left
+// (Options.LastRun). After a stop that may have lost writes
+// (LastRunUnknown: periodic or none and a machine crash, or a caller that
+// cannot tell), a crash keeps an arbitrary subset of the writes no sync
+// covered: a disk's writeback need not keep their order, so the newest
+// value can read back while an older one reads as zeros or fails its
+// checksum. The walk then reads every batch newer than the sync mark the
+// previous run left (syncmark.go), newest first, down to and including
+// the newest batch a sync covered: about
+// the writes of one or two sync intervals under periodic, everything
+// since the last sync under none. A lost batch no sync covered is a torn
+// tail; one a sync covered is damage.
+//
+// Otherwise (LastRunComplete, LastRunAcknowledgedDurable, or a store
+// written before the sync mark existed, whose lost batches are all taken
+// for a torn tail, as they always were) the walk only
+// looks for what the commit log's replay or a rewrite left behind:
 // badger writes transactions to the value log in commit order, one
-// transaction's entries together (in no particular order among
-// themselves), so once a value-log batch reads back, every batch of an
-// older transaction (lower version) did too. The walk starts at the log's
-// newest value-log batch, named by the marker written in the same
-// transaction (vlogMarkKey), and goes back until it passes the transaction
-// of the first value-log batch that reads; on a clean store it reads one or
-// a few values. A lost value whose older version still reads (a batch
-// rewritten by a truncation that did not complete, or moved by value-log
-// garbage collection) is restored from it; the oldest lost value without
-// one cuts the log there: it and every later batch are dropped. A value
-// that reads but fails its checksum is corruption, left for load to
-// refuse. full walks the whole log (after a crash during value-log garbage
-// collection, which rewrites values anywhere in the log).
+// transaction's entries together, so it goes back from the newest
+// value-log batch until it passes the transaction of the first one that
+// reads; on a clean store it reads one or a few values.
+//
+// The walk starts at the log's newest value-log batch, named by the
+// marker written in the same transaction (vlogMarkKey); batches kept in
+// the tree always read back (badger checks its write-ahead log). A lost
+// value whose older version still reads (a batch rewritten by a
+// truncation that did not complete, or moved by value-log garbage
+// collection) is restored from it; the oldest lost value without one cuts
+// the log there: it and every later batch are dropped. A lost value that
+// may not be a torn tail (Store.tornOK) is damage, reported and kept. full
+// walks the whole log (after a crash during value-log garbage collection,
+// which rewrites values anywhere in the log).
 func (l *Log) repairLost(full bool) error {
 	var cut []byte // the oldest batch whose value was lost for good
 	var restore []kv
@@ -139,10 +157,16 @@ func (l *Log) repairLost(full bool) error {
 		}
 		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true, PrefetchValues: false})
 		defer rit.Close()
+		// After a stop that may have lost writes the walk covers every
+		// batch no sync covered, down to the newest one a sync did. A
+		// store from before the sync mark keeps the walk it had: what
+		// it synced is not known, and walking its whole log would take
+		// damage anywhere in it for a torn tail.
+		bySync := l.s.opts.LastRun == LastRunUnknown && l.s.syncMarked
 		var stop uint64 // version of the newest value-log batch that read back
 		for rit.Seek(seek); rit.Valid(); rit.Next() {
 			item := rit.Item()
-			if !full && stop != 0 && item.Version() < stop {
+			if !full && !bySync && stop != 0 && item.Version() < stop {
 				return nil
 			}
 			v, err := item.ValueCopy(nil)
@@ -182,7 +206,13 @@ func (l *Log) repairLost(full bool) error {
 			case stop == 0 && (int64(len(v)) >= l.s.vlogThreshold || isRef(v)):
 				stop = item.Version()
 			}
-
+			if !full && bySync && item.Version() <= l.s.syncedAtOpen {
+				// A sync covered this batch, and so every older one: a
+				// log's versions grow with its offsets (a truncation's
+				// rewrite is newer than what it keeps, and everything
+				// after it newer still).
+				return nil
+			}
 		}
 		return nil
 	})

@@ -76,8 +76,9 @@ type Options struct {
 	// LastRun says what the previous run left on disk (the data
 	// directory's run-state tells): it decides whether a batch that does
 	// not read back on open is a torn tail, dropped, or damage, reported
-	// and never dropped (LastRun, Store.Damaged). The zero value keeps
-	// the old reading: every lost batch is a torn tail.
+	// and never dropped (LastRun, Store.Damaged). The zero value,
+	// LastRunUnknown, takes every lost batch that no sync covered for a
+	// torn tail.
 	LastRun LastRun
 	// FsyncInterval is the background sync interval under FsyncPeriodic;
 	// zero means DefaultFsyncInterval.

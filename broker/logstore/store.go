@@ -78,6 +78,18 @@ type Store struct {
 	gcInterrupted bool
 	// replay: what the commit-log replay on open found (damage.go).
 	replay replayState
+
+	// syncedAtOpen: the sync mark found on open (syncmark.go): every
+	// transaction of a version at or below it reached the disk in an
+	// earlier run, so a batch of such a version that does not read back
+	// is damage, never a torn tail. syncMarked: the store had one (a
+	// store written before the mark existed has none).
+	syncedAtOpen uint64
+	syncMarked   bool
+	// syncMu orders the syncs that write the sync mark; syncMarkAt is
+	// the badger version of the newest mark written (0: none yet).
+	syncMu     sync.Mutex
+	syncMarkAt uint64
 }
 
 // Open opens (or creates) the store in opts.Dir, loads every log's state
@@ -177,6 +189,15 @@ func Open(opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	s.syncedAtOpen, s.syncMarked, err = readSyncMark(db)
+	if errors.Is(err, errCorrupt) {
+		// Nothing is taken for a torn tail then: every batch that does
+		// not read back is reported as damage.
+		s.log.Error(err, "the sync mark is damaged: every stored batch that does not read back is taken for damage")
+	} else if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	if s.gcInterrupted, err = hasKey(db, gcMarkKey()); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -256,7 +277,7 @@ func (s *Store) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := s.db.Sync(); err != nil {
+	if err := s.syncDB(); err != nil {
 		errs = append(errs, fmt.Errorf("logstore: sync on close: %w", err))
 	} else if s.cl != nil {
 		if err := s.cl.close(); err != nil {
@@ -341,7 +362,7 @@ func (s *Store) CreateLog(id record.LogID, o LogOptions) (*Log, error) {
 		return txn.Set(trimMarkKey(m.num), encodeTrimMark(0))
 	})
 	if err == nil {
-		err = s.db.Sync()
+		err = s.syncDB()
 	}
 	s.mu.Lock()
 	delete(s.creating, id)
@@ -460,10 +481,11 @@ func (s *Store) failure() error {
 	return s.failed
 }
 
-// sync runs one DB.Sync and reports it.
+// sync runs one DB.Sync (syncDB: it records what it covered) and reports
+// it.
 func (s *Store) sync() error {
 	t := time.Now()
-	err := s.db.Sync()
+	err := s.syncDB()
 	s.opts.Metrics.ObserveSync(time.Since(t))
 	return err
 }
