@@ -47,7 +47,7 @@ func preferredLeader(in Input, a Assignment) Decision {
 	if i < 0 || cands[i].Verdict != Eligible || !cands[i].IDMatch {
 		return keep
 	}
-	if len(counted) < quorum(in.Replicas) {
+	if holding(in, counted) < quorum(in.Replicas) {
 		return keep
 	}
 	return Decision{Action: Promote, Reason: ReasonPreferredLeader, Leader: p, Epoch: a.Epoch + 1,
