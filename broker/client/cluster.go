@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -25,6 +26,10 @@ const (
 
 // ErrNoBootstrap is returned by NewCluster without any address.
 var ErrNoBootstrap = errors.New("client: no bootstrap address")
+
+// errClusterClosed is the error of a call on a closed Cluster; it matches
+// ErrClosed.
+var errClusterClosed = fmt.Errorf("%w: cluster client closed", ErrClosed)
 
 // ClusterOptions configures NewCluster.
 type ClusterOptions struct {
@@ -226,7 +231,14 @@ func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFa
 	if errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrUnauthenticated) {
 		return stop, err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errClusterClosed) {
+		return stop, err
+	}
+	var he *HandshakeError
+	var ne net.Error
+	if errors.As(err, &he) && !(errors.As(he.Err, &ne) && ne.Timeout()) {
+		// The broker's certificate or TLS parameters were refused: no
+		// retry changes that.
 		return stop, err
 	}
 	var we *wire.Error
@@ -322,7 +334,7 @@ func (c *Cluster) conn(ctx context.Context, addr string) (*Client, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errClusterClosed
 	}
 	if cl, ok := c.conns[addr]; ok && !cl.finished() {
 		c.mu.Unlock()
@@ -339,7 +351,7 @@ func (c *Cluster) conn(ctx context.Context, addr string) (*Client, error) {
 	defer c.mu.Unlock()
 	if c.closed {
 		_ = cl.Close()
-		return nil, ErrClosed
+		return nil, errClusterClosed
 	}
 	if old, ok := c.conns[addr]; ok && !old.finished() {
 		_ = cl.Close() // another caller dialled it first

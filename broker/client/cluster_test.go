@@ -235,3 +235,20 @@ func TestClusterNeedsABootstrap(t *testing.T) {
 		t.Fatal("NewCluster with no broker reachable succeeded")
 	}
 }
+
+// TestClusterClosed: a call on a closed Cluster fails with ErrClosed at
+// once, without sending anything.
+func TestClusterClosed(t *testing.T) {
+	var b *scripted
+	b = startScripted(t, func(f wire.Frame, _ int) (wire.MsgType, []byte, bool) {
+		return wire.MsgMetadataOK, metaLeading(b.addr), true
+	})
+	c := newTestCluster(t, 4, b.addr)
+	_ = c.Close()
+	if _, err := c.Describe(context.Background(), shard); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("describe on a closed cluster: %v, want ErrClosed", err)
+	}
+	if n := b.count(wire.MsgDescribe); n != 0 {
+		t.Fatalf("broker saw %d describes", n)
+	}
+}
