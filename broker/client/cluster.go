@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -234,11 +235,9 @@ func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFa
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errClusterClosed) {
 		return stop, err
 	}
-	var he *HandshakeError
-	var ne net.Error
-	if errors.As(err, &he) && !(errors.As(he.Err, &ne) && ne.Timeout()) {
-		// The broker's certificate or TLS parameters were refused: no
-		// retry changes that.
+	if refusedIdentity(err) {
+		// The broker's certificate or TLS parameters, or the client's
+		// identity, were refused: no retry changes that.
 		return stop, err
 	}
 	var we *wire.Error
@@ -382,11 +381,14 @@ func (c *Cluster) refresh(ctx context.Context, streams []string) (wire.MetadataO
 	c.mu.Lock()
 	cands := c.candidatesLocked()
 	c.mu.Unlock()
-	var errs []error
+	var last error
 	for _, addr := range cands {
 		cl, err := c.conn(ctx, addr)
 		if err != nil {
-			errs = append(errs, err)
+			if refusedIdentity(err) || ctx.Err() != nil {
+				return wire.MetadataOK{}, err // every broker of the cluster would say the same
+			}
+			last = err
 			continue
 		}
 		m, err := cl.Metadata(ctx, streams...)
@@ -400,13 +402,25 @@ func (c *Cluster) refresh(ctx context.Context, streams []string) (wire.MetadataO
 			if errors.Is(err, ErrClosed) {
 				c.drop(addr, cl)
 			}
-			errs = append(errs, err)
+			last = err
 			continue
 		}
 		c.learn(streams, m)
 		return m, nil
 	}
-	return wire.MetadataOK{}, fmt.Errorf("client: no broker answered for the cluster's metadata: %w", errors.Join(errs...))
+	return wire.MetadataOK{}, fmt.Errorf("client: no broker answered for the cluster's metadata (tried %s; the last said): %w",
+		strings.Join(cands, ", "), last)
+}
+
+// refusedIdentity reports whether err refuses the connection's identity,
+// or the broker's certificate, rather than the broker being away.
+func refusedIdentity(err error) bool {
+	if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrNotAuthorized) {
+		return true
+	}
+	var he *HandshakeError
+	var ne net.Error
+	return errors.As(err, &he) && !(errors.As(he.Err, &ne) && ne.Timeout())
 }
 
 // learn adopts metadata m, the answer for streams.
