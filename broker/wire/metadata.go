@@ -108,7 +108,7 @@ func DecodeMetadata(b []byte) (MetadataRequest, error) {
 
 // EncodeMetadataOK returns the body of a MetadataOK frame.
 func EncodeMetadataOK(r MetadataOK) ([]byte, error) {
-	if len(r.Brokers) > math.MaxUint32 || len(r.Shards) > math.MaxUint32 {
+	if uint64(len(r.Brokers)) > math.MaxUint32 || uint64(len(r.Shards)) > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: metadata too large", ErrMalformed)
 	}
 	e := enc{b: make([]byte, 0, 8+len(r.Brokers)*32+len(r.Shards)*64)}
