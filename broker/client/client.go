@@ -56,9 +56,9 @@ type Options struct {
 	// TLS, when set, wraps the connection in a TLS client.
 	TLS *tls.Config
 	// Features are the bits the client offers. Zero offers
-	// wire.FeatureTrimTag, wire.FeatureLogPolicy, wire.FeatureStorageErrors
-	// and wire.FeatureAuth (a client has no storage id); use NoFeatures to
-	// offer none.
+	// wire.FeatureTrimTag, wire.FeatureLogPolicy, wire.FeatureStorageErrors,
+	// wire.FeatureAuth and wire.FeatureMetadata (a client has no storage
+	// id); use NoFeatures to offer none.
 	Features wire.Features
 	// NoFeatures offers no feature bit at all: the version-1 frames.
 	NoFeatures bool
@@ -135,7 +135,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) {
 	feats := opts.Features
 	if feats == 0 && !opts.NoFeatures {
-		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth
+		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata
 	}
 	if opts.NoFeatures {
 		feats = 0
@@ -495,4 +495,14 @@ func (c *Client) Describe(ctx context.Context, shard record.ShardID) (wire.Descr
 		return wire.DecodeDescribeOKFor(b, c.hello.Features)
 	})
 	return ok, authError(err, auth.OpDescribe, shard)
+}
+
+// finished reports whether the connection is finished (closed or broken).
+func (c *Client) finished() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }

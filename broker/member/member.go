@@ -333,6 +333,16 @@ func Run(ctx context.Context, cfg Config) error {
 	so.StorageID = id[:]
 	cso, pso := ServerOptions(so, mgr.ReplicationHandler(), cfg.TLS, authz)
 	cso.Logger = log.WithName("server")
+	watcher, err := cp.NewShardWatcher()
+	if err != nil {
+		mgr.Close()
+		_ = store.Close()
+		return err
+	}
+	// Metadata and the ShardUnknown leader hint come from the same watch
+	// as the assignments (the client port only).
+	cso.Metadata = &metadata{shards: watcher, self: cfg.Broker, addrs: newAddrCache(resolver.clientAddr, time.Now)}
+	pso.Metadata = nil
 	srv := server.New(mgr.Shards(), cso)
 	var peerSrv *server.Server
 	if !cfg.Insecure {
@@ -345,12 +355,6 @@ func Run(ctx context.Context, cfg Config) error {
 			pso.MaxConnectionsPerAddress = cfg.PeerMaxConnectionsPerAddress
 		}
 		peerSrv = server.New(mgr.Shards(), pso)
-	}
-	watcher, err := cp.NewShardWatcher()
-	if err != nil {
-		mgr.Close()
-		_ = store.Close()
-		return err
 	}
 	go func() { _ = watcher.Run(runCtx) }()
 	// A restarting broker learns the current epochs before it accepts any

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -160,6 +161,49 @@ func TestRunSecureMember(t *testing.T) {
 	}
 	if code := describeCode(nil); code != wire.CodeUnauthenticated {
 		t.Fatalf("anonymous: code %v, want Unauthenticated", code)
+	}
+
+	// Metadata and the ShardUnknown hint come from the cluster's
+	// FelixShards: orders-0, of which this broker holds no replica, is led
+	// by logs-1, registered at 10.0.0.8:7100.
+	leaderAddr := "10.0.0.8:7100"
+	must(env.Client.Create(ctx, &felixv1.FelixBroker{ObjectMeta: metav1.ObjectMeta{Name: "logs-1", Namespace: testNS},
+		Spec: felixv1.FelixBrokerSpec{Cluster: testCluster}}))
+	var lb felixv1.FelixBroker
+	must(env.Client.Get(ctx, types.NamespacedName{Namespace: testNS, Name: "logs-1"}, &lb))
+	lb.Status.Address = leaderAddr
+	must(env.Client.Status().Update(ctx, &lb))
+	sh := &felixv1.FelixShard{ObjectMeta: metav1.ObjectMeta{Name: "orders-0", Namespace: testNS, Labels: map[string]string{"felix.dev/cluster": testCluster}},
+		Spec: felixv1.FelixShardSpec{Stream: ordersShard.Stream, Index: int32(ordersShard.Shard), Replicas: []string{"logs-1"}}}
+	must(env.Client.Create(ctx, sh))
+	sh.Status.Assignment = &felixv1.Assignment{Leader: "logs-1", Epoch: 3}
+	must(env.Client.Status().Update(ctx, sh))
+	ac, err := dial(keyPairUID(t, ca, identity(pki.KindUser, "alice"), string(alice.UID)))
+	must(err)
+	defer func() { _ = ac.Close() }()
+	var meta wire.MetadataOK
+	for {
+		meta, err = ac.Metadata(ctx, ordersShard.Stream)
+		must(err)
+		if a, epoch, ok := meta.LeaderAddress(ordersShard); ok && a == leaderAddr && epoch == 3 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("metadata never named logs-1 at %s: %+v", leaderAddr, meta)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if len(meta.Shards) != 1 || !slices.Equal(meta.Shards[0].Replicas, []string{"logs-1"}) {
+		t.Fatalf("metadata shards %+v, want orders/0 with replicas [logs-1]", meta.Shards)
+	}
+	_, err = ac.Describe(ctx, ordersShard)
+	var hint *wire.Error
+	if !errors.As(err, &hint) || hint.Code != wire.CodeShardUnknown || hint.Leader != leaderAddr || hint.Epoch != 3 {
+		t.Fatalf("describe of a shard held elsewhere: %v, want ShardUnknown naming %s at epoch 3", err, leaderAddr)
+	}
+	if _, err := ac.Metadata(ctx, "payments"); !errors.Is(err, brokerclient.ErrNotAuthorized) {
+		t.Fatalf("metadata of a stream alice may not describe: %v, want NotAuthorized", err)
 	}
 
 	// The peer port: a user certificate fails the handshake.

@@ -95,6 +95,8 @@ type cluster struct {
 	// (server.Options.InsecurePeersOnClientPort).
 	pki       *testPKI
 	clientDir *directory
+	// meta, when set, is every node's server.Options.Metadata.
+	meta server.Metadata
 }
 
 func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.NodeID) *cluster {
@@ -193,7 +195,7 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 		}
 	}
 	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler(),
-		InsecurePeersOnClientPort: c.pki == nil, Metrics: n.srvMetrics})
+		InsecurePeersOnClientPort: c.pki == nil, Metrics: n.srvMetrics, Metadata: c.meta})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

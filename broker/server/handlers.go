@@ -101,6 +101,22 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 			return true
 		}
 		go c.handleDescribe(f.ReqID, req, start, held)
+	case wire.MsgMetadata:
+		if !c.feats.Has(wire.FeatureMetadata) {
+			c.fail(f.ReqID, "unknown", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: "Metadata needs the metadata feature, which this connection did not negotiate"})
+			return true
+		}
+		req, err := wire.DecodeMetadata(f.Body)
+		for _, s := range req.Streams {
+			if err == nil {
+				err = c.authorize(auth.OpDescribe, s)
+			}
+		}
+		if err != nil {
+			c.fail(f.ReqID, "metadata", start, held, err)
+			return true
+		}
+		go c.handleMetadata(f.ReqID, req, start, held)
 	case wire.MsgHello:
 		c.fail(f.ReqID, "hello", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: "Hello after the handshake"})
 	default:

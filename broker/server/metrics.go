@@ -126,7 +126,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.reqRefused.WithLabelValues(r)
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
-	for _, op := range []string{"append", "read", "trim", "describe"} {
+	for _, op := range []string{"append", "read", "trim", "describe", "metadata"} {
 		m.okRequests[op] = m.requests.WithLabelValues(op, "ok")
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}

@@ -122,6 +122,10 @@ type Options struct {
 	// before (BadRequest) without being asked about or served. Nil means
 	// auth.AllowAll.
 	Authorizer auth.Authorizer
+	// Metadata answers Metadata requests and names the leader in a
+	// ShardUnknown refusal (wire.FeatureMetadata); nil (a standalone
+	// broker) answers Metadata with no brokers and no shards.
+	Metadata Metadata
 	// Epoch is written on every appended record and trim.
 	Epoch uint64
 

@@ -50,6 +50,9 @@ type Server struct {
 // New returns a server that answers requests from shards.
 func New(shards Shards, opts Options) *Server {
 	opts = opts.withDefaults()
+	if opts.Metadata != nil {
+		shards = hintingShards{Shards: shards, meta: opts.Metadata}
+	}
 	s := &Server{opts: opts, shards: shards, log: opts.Logger,
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perAddr: map[string]int{},
 		frames: newBudget(opts.MaxFrameMemory), smallFrames: newBudget(smallFrameMemory),

@@ -69,8 +69,8 @@ var codeTable = []CodeInfo{
 		"This broker does not lead the shard; leader is a host:port hint, empty when unknown."},
 	{CodeFenced, "Fenced", []string{"epoch u64"},
 		"The request's epoch is older than the shard's current epoch."},
-	{CodeShardUnknown, "ShardUnknown", nil,
-		"This broker does not hold the shard."},
+	{CodeShardUnknown, "ShardUnknown", []string{"(metadata) leader str", "(metadata) epoch u64"},
+		"This broker does not hold the shard. With the metadata feature, the leader's host:port (empty when unknown) and its epoch follow."},
 	{CodeRecordTooLarge, "RecordTooLarge", []string{"limit u64"},
 		"A frame, record or batch is over a limit; limit is the limit that was exceeded. Nothing of the batch was written."},
 	{CodeBadRequest, "BadRequest", nil,
@@ -126,7 +126,8 @@ type Error struct {
 	// floor; TrimHeaders are that trim's headers [TR-4].
 	HasTag      bool
 	TrimHeaders []record.Header
-	// NotLeader and Fenced.
+	// NotLeader and Fenced; Leader also for ShardUnknown under
+	// FeatureMetadata (a HOST:PORT hint, empty when unknown).
 	Leader string
 	Epoch  uint64
 	// RecordTooLarge.
@@ -245,6 +246,14 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Epoch)
 	case CodeFenced:
 		en.u64(e.Epoch)
+	case CodeShardUnknown:
+		if feats.Has(FeatureMetadata) {
+			if err := checkStr("leader", e.Leader); err != nil {
+				return nil, err
+			}
+			en.str(e.Leader)
+			en.u64(e.Epoch)
+		}
 	case CodeRecordTooLarge:
 		en.u64(e.Limit)
 	case CodeCorrupt:
@@ -321,6 +330,11 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 		e.Epoch = d.U64("epoch")
 	case CodeFenced:
 		e.Epoch = d.U64("epoch")
+	case CodeShardUnknown:
+		if feats.Has(FeatureMetadata) {
+			e.Leader = d.str("leader")
+			e.Epoch = d.U64("epoch")
+		}
 	case CodeRecordTooLarge:
 		e.Limit = d.U64("limit")
 	case CodeCorrupt:

@@ -34,10 +34,17 @@ const (
 	// authorized: " or "unauthenticated: ", so a client that predates them
 	// does not retry a refusal that retrying cannot heal.
 	FeatureAuth Features = 1 << 4
+	// FeatureMetadata: the broker serves the Metadata request (the
+	// cluster's brokers, each shard's leader, epoch and replicas), and a
+	// ShardUnknown error carries the shard's leader and epoch, as
+	// NotLeader does, when the broker knows them. A connection without it
+	// gets BadRequest for a Metadata request and a ShardUnknown without
+	// fields.
+	FeatureMetadata Features = 1 << 5
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -64,6 +71,8 @@ func (f Features) String() string {
 			parts = append(parts, "storage-errors")
 		case FeatureAuth:
 			parts = append(parts, "auth")
+		case FeatureMetadata:
+			parts = append(parts, "metadata")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

@@ -65,6 +65,16 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 		if r, err = DecodeDescribeOKFor(f.Body, feats); err == nil {
 			re = EncodeDescribeOKFor(r, feats)
 		}
+	case MsgMetadata:
+		var r MetadataRequest
+		if r, err = DecodeMetadata(f.Body); err == nil {
+			re, err = EncodeMetadata(r)
+		}
+	case MsgMetadataOK:
+		var r MetadataOK
+		if r, err = DecodeMetadataOK(f.Body); err == nil {
+			re, err = EncodeMetadataOK(r)
+		}
 	case MsgError:
 		var e *Error
 		if e, err = DecodeError(f.Body, feats); err == nil {
@@ -81,7 +91,7 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 
 // fuzzFeatures are the features that change body encodings; the fuzz
 // input's bool turns them all on.
-const fuzzFeatures = FeatureTrimTag | FeatureLogPolicy
+const fuzzFeatures = FeatureTrimTag | FeatureLogPolicy | FeatureMetadata
 
 // FuzzDecodeFrame feeds outside bytes to the frame decoder and every body
 // decoder. Nothing may panic or allocate beyond the input's size, and every
@@ -132,16 +142,18 @@ func TestWriteFuzzSeedCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	extra := map[string][]byte{
-		"garbage":         []byte("GET / HTTP/1.1\r\n\r\n"),
-		"half_frame":      {0, 0, 0, 40, 0x10, 0, 0},
-		"huge_count":      AppendFrame(nil, Frame{Type: MsgAppend, ReqID: 1, Body: []byte{0, 1, 'x', 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}}),
-		"huge_headers":    AppendFrame(nil, Frame{Type: MsgTrim, ReqID: 1, Body: append([]byte{0, 1, 'x', 0, 0, 0, 0}, append(make([]byte, 16), 0xff, 0xff)...)}),
-		"unknown_type":    AppendFrame(nil, Frame{Type: 0x55, ReqID: 1}),
-		"reserved_ship":   AppendFrame(nil, Frame{Type: MsgShip, ReqID: 1, Body: []byte{1, 2, 3}}),
-		"unknown_code":    AppendFrame(nil, Frame{Type: MsgError, ReqID: 1, Body: []byte{0x01, 0x00, 0, 0, 9, 9}}),
-		"short_length":    {0, 0, 0, 1, 0},
-		"two_frames":      append(AppendFrame(nil, Frame{Type: MsgAppendOK, ReqID: 1, Body: make([]byte, 16)}), AppendFrame(nil, Frame{Type: MsgTrimOK, ReqID: 2, Body: make([]byte, 16)})...),
-		"too_large_frame": {0x7f, 0xff, 0xff, 0xff, 0x10},
+		"garbage":               []byte("GET / HTTP/1.1\r\n\r\n"),
+		"half_frame":            {0, 0, 0, 40, 0x10, 0, 0},
+		"huge_count":            AppendFrame(nil, Frame{Type: MsgAppend, ReqID: 1, Body: []byte{0, 1, 'x', 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}}),
+		"huge_headers":          AppendFrame(nil, Frame{Type: MsgTrim, ReqID: 1, Body: append([]byte{0, 1, 'x', 0, 0, 0, 0}, append(make([]byte, 16), 0xff, 0xff)...)}),
+		"unknown_type":          AppendFrame(nil, Frame{Type: 0x55, ReqID: 1}),
+		"reserved_ship":         AppendFrame(nil, Frame{Type: MsgShip, ReqID: 1, Body: []byte{1, 2, 3}}),
+		"unknown_code":          AppendFrame(nil, Frame{Type: MsgError, ReqID: 1, Body: []byte{0x01, 0x00, 0, 0, 9, 9}}),
+		"short_length":          {0, 0, 0, 1, 0},
+		"two_frames":            append(AppendFrame(nil, Frame{Type: MsgAppendOK, ReqID: 1, Body: make([]byte, 16)}), AppendFrame(nil, Frame{Type: MsgTrimOK, ReqID: 2, Body: make([]byte, 16)})...),
+		"too_large_frame":       {0x7f, 0xff, 0xff, 0xff, 0x10},
+		"metadata_huge_counts":  AppendFrame(nil, Frame{Type: MsgMetadataOK, ReqID: 1, Body: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}),
+		"metadata_huge_streams": AppendFrame(nil, Frame{Type: MsgMetadata, ReqID: 1, Body: []byte{0xff, 0xff, 0, 1, 'x'}}),
 	}
 	write := func(name string, b []byte, tag bool) {
 		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbool(%v)\n", b, tag)
@@ -158,5 +170,93 @@ func TestWriteFuzzSeedCorpus(t *testing.T) {
 	}
 	for name, b := range extra {
 		write(name, b, false)
+	}
+}
+
+// FuzzDecodeMetadata feeds outside bytes to the Metadata and MetadataOK
+// body decoders directly: nothing may panic, no count may allocate more
+// than the body could hold, and a body that decodes re-encodes to the
+// same bytes.
+func FuzzDecodeMetadata(f *testing.F) {
+	for _, tc := range goldenCases() {
+		fr, err := tc.frame()
+		if err != nil {
+			f.Fatal(err)
+		}
+		if fr.Type == MsgMetadata || fr.Type == MsgMetadataOK {
+			f.Add(fr.Body, fr.Type == MsgMetadataOK)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, answer bool) {
+		var (
+			re  []byte
+			err error
+		)
+		if answer {
+			var r MetadataOK
+			if r, err = DecodeMetadataOK(body); err != nil {
+				return
+			}
+			if len(r.Brokers)*minBrokerEntry+len(r.Shards)*minShardEntry > len(body) {
+				t.Fatalf("decoded more entries than %d bytes hold", len(body))
+			}
+			re, err = EncodeMetadataOK(r)
+		} else {
+			var r MetadataRequest
+			if r, err = DecodeMetadata(body); err != nil {
+				return
+			}
+			re, err = EncodeMetadata(r)
+		}
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if !bytes.Equal(re, body) {
+			t.Fatalf("body is not canonical:\n in %x\nout %x", body, re)
+		}
+	})
+}
+
+// TestWriteMetadataFuzzSeeds keeps testdata/fuzz/FuzzDecodeMetadata in
+// step with the golden vectors; it writes only with -update.
+func TestWriteMetadataFuzzSeeds(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeMetadata")
+	seeds := map[string]struct {
+		body   []byte
+		answer bool
+	}{
+		"huge_broker_count":  {[]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, true},
+		"huge_shard_count":   {[]byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, true},
+		"huge_replica_count": {[]byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 'x', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff}, true},
+		"huge_stream_count":  {[]byte{0xff, 0xff}, false},
+		"bad_stream_name":    {[]byte{0, 1, 0, 1, '/'}, false},
+	}
+	for _, tc := range goldenCases() {
+		fr, err := tc.frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fr.Type == MsgMetadata || fr.Type == MsgMetadataOK {
+			seeds[tc.name] = struct {
+				body   []byte
+				answer bool
+			}{fr.Body, fr.Type == MsgMetadataOK}
+		}
+	}
+	if !*update {
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) < len(seeds) {
+			t.Fatalf("seed corpus missing or short (%d files, err %v); run go test -update", len(entries), err)
+		}
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range seeds {
+		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbool(%v)\n", s.body, s.answer)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

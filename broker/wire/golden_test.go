@@ -57,6 +57,12 @@ func goldenCases() []goldenCase {
 	tooOld := &Error{Code: CodeCursorTooOld, Message: "cursor too old", From: 1, Floor: 2}
 	tooOldTag := &Error{Code: CodeCursorTooOld, Message: "cursor too old", From: 1, Floor: 2, HasTag: true, TrimHeaders: []record.Header{{Key: "epoch", Value: []byte("2")}}}
 
+	metaReq := MetadataRequest{Streams: []string{"orders"}}
+	metaOK := MetadataOK{
+		Brokers: []BrokerInfo{{Name: "b-0", Address: "b-0.felix:7100"}, {Name: "b-1", Address: "b-1.felix:7100"}},
+		Shards:  []ShardInfo{{Shard: shard, Leader: "b-1", Epoch: 4, Replicas: []string{"b-0", "b-1"}}},
+	}
+
 	dHello := func(b []byte, _ Features) (any, error) { return DecodeHello(b) }
 	dHelloOK := func(b []byte, _ Features) (any, error) { return DecodeHelloOK(b) }
 	dErr := func(b []byte, f Features) (any, error) { return DecodeError(b, f) }
@@ -132,6 +138,17 @@ func goldenCases() []goldenCase {
 			&Error{Code: CodeBadRequest, Message: "not authorized: no grant"}),
 		errCase("error_unauthenticated_downgraded", 0, ErrorFor(&Error{Code: CodeUnauthenticated, Message: "no client certificate"}, 0),
 			&Error{Code: CodeBadRequest, Message: "unauthenticated: no client certificate"}),
+		{name: "metadata", feats: FeatureMetadata, frame: func() (Frame, error) { b, err := EncodeMetadata(metaReq); return msg(MsgMetadata, 7, b, err) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeMetadata(b) }, value: metaReq},
+		{name: "metadata_all_streams", feats: FeatureMetadata, frame: func() (Frame, error) { b, err := EncodeMetadata(MetadataRequest{}); return msg(MsgMetadata, 8, b, err) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeMetadata(b) }, value: MetadataRequest{}},
+		{name: "metadata_ok", feats: FeatureMetadata, frame: func() (Frame, error) { b, err := EncodeMetadataOK(metaOK); return msg(MsgMetadataOK, 7, b, err) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeMetadataOK(b) }, value: metaOK},
+		// ShardUnknown carries the leader hint only under metadata.
+		errCase("error_shard_unknown_hint", FeatureMetadata, &Error{Code: CodeShardUnknown, Message: "orders/3", Leader: "b-1.felix:7100", Epoch: 4},
+			&Error{Code: CodeShardUnknown, Message: "orders/3", Leader: "b-1.felix:7100", Epoch: 4}),
+		errCase("error_shard_unknown_hint_unnegotiated", 0, &Error{Code: CodeShardUnknown, Message: "orders/3", Leader: "b-1.felix:7100", Epoch: 4},
+			&Error{Code: CodeShardUnknown, Message: "orders/3"}),
 		errCase("error_corrupt_downgraded", 0, ErrorFor(&Error{Code: CodeCorrupt, Message: "crc", Offset: 999}, 0),
 			&Error{Code: CodeUnavailable, Message: "corrupt (not retryable on this broker): crc"}),
 	}

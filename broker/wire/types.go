@@ -28,6 +28,11 @@ const (
 	MsgDescribe MsgType = 0x16
 	// MsgDescribeOK answers MsgDescribe.
 	MsgDescribeOK MsgType = 0x17
+	// MsgMetadata asks a broker for the cluster's brokers and the shards
+	// of streams, with their leaders (FeatureMetadata).
+	MsgMetadata MsgType = 0x18
+	// MsgMetadataOK answers MsgMetadata.
+	MsgMetadataOK MsgType = 0x19
 
 	// MsgShip is reserved for replication: a leader ships records to a
 	// follower. Brokers without replication answer it with BadRequest.
@@ -69,6 +74,10 @@ func (t MsgType) String() string {
 		return "Describe"
 	case MsgDescribeOK:
 		return "DescribeOK"
+	case MsgMetadata:
+		return "Metadata"
+	case MsgMetadataOK:
+		return "MetadataOK"
 	case MsgShip:
 		return "Ship"
 	case MsgShipAnswer:

@@ -163,19 +163,21 @@ counter-output); demo-admin may also Trim them. Their Secrets are written to:
   %s
 
   export FELIX_TLS_DIR=%s
-  LEADER=$(kubectl get felixshard events-0 -o jsonpath='{.status.assignment.leader}')
-  ADDR=$(kubectl get felixbroker $LEADER -o jsonpath='{.status.address}')
-  bin/felix append   --broker $ADDR --stream events --shard 0 --payload hello
-  bin/felix read     --broker $ADDR --stream events --shard 0 --from earliest
-  bin/felix describe --broker $ADDR --stream events --shard 0 -o table
+  export FELIX_BOOTSTRAP=127.0.0.2,127.0.0.3,127.0.0.4   # any brokers (port 7100); the client finds each shard's leader
+  bin/felix shards   --stream events -o table          # leader, epoch and replicas of every shard
+  bin/felix append   --stream events --shard 0 --payload hello
+  bin/felix read     --stream events --shard 0 --from earliest
+  bin/felix describe --stream events --shard 0 -o table
 
   # A trim is conditional on the tail; demo has no Trim grant, so the
   # broker refuses it (NotAuthorized); demo-admin may.
-  TAIL=$(bin/felix describe --broker $ADDR --stream events --shard 0 | sed 's/.*"tail":\([0-9]*\).*/\1/')
-  bin/felix trim --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail $TAIL
-  bin/felix trim --tls-dir %s --broker $ADDR --stream events --shard 0 --floor 1 --expect-tail $TAIL
+  TAIL=$(bin/felix describe --stream events --shard 0 | sed 's/.*"tail":\([0-9]*\).*/\1/')
+  bin/felix trim --stream events --shard 0 --floor 1 --expect-tail $TAIL
+  bin/felix trim --tls-dir %s --stream events --shard 0 --floor 1 --expect-tail $TAIL
 
-  kubectl delete pod $LEADER             # watch a follower take over: kubectl get felixshards -w
+  LEADER=$(bin/felix shards --stream events | head -1 | sed 's/.*"leader":"\([^"]*\)".*/\1/')
+  kubectl delete pod $LEADER             # a follower takes over: kubectl get felixshards -w
+  bin/felix append --stream events --shard 0 --payload after   # the client follows to the new leader
 
 Press Ctrl-C to stop.
 `, c.Env.Config.Host, filepath.Join(stateDir, "logs"), c.Kubeconfig, demo, admin, demo, admin)

@@ -30,10 +30,10 @@ Prints {"first":F,"last":L,"tail":T}. Errors go to stderr as one JSON object
 with "error" (e.g. OffsetMismatch, RecordTooLarge, UnknownOutcome) and its
 fields; the exit code is 1 for a refusal, 2 for bad usage and 3 when the
 append was sent but not answered (it may have landed).`,
-		Example: `  felix append --broker 127.0.0.1:7070 --stream orders --shard 0 --payload hello
-  printf 'a\nb\nc\n' | felix append --broker 127.0.0.1:7070 --stream orders --shard 0
-  felix append --broker 127.0.0.1:7070 --stream orders --shard 0 --expect-tail 3 --header epoch=2 --payload fenced
-  felix append --broker 127.0.0.5:7100 --stream orders --shard 0 --payload hello --tls-dir ./alice --cluster default/felix`,
+		Example: `  felix append --broker 127.0.0.1:7100 --stream orders --shard 0 --payload hello
+  printf 'a\nb\nc\n' | felix append --broker 127.0.0.1:7100 --stream orders --shard 0
+  felix append --broker 127.0.0.1:7100 --stream orders --shard 0 --expect-tail 3 --header epoch=2 --payload fenced
+  felix append --bootstrap 127.0.0.5 --bootstrap 127.0.0.6 --stream orders --shard 0 --payload hello --tls-dir ./alice --cluster default/felix`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd); err != nil {

@@ -76,8 +76,8 @@ latency of one append request.
 
 With --reads, every connection also has a follow-mode reader on its shard
 and the records read per second are reported.`,
-		Example: `  felix bench --broker 127.0.0.1:7070 --connections 16 --pipeline 8 --batch 1 --record-size 1024 --duration 10s
-  felix bench --broker 127.0.0.1:7070 --connections 16 --pipeline 4 --batch 16 --reads -o table`,
+		Example: `  felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 8 --batch 1 --record-size 1024 --duration 10s
+  felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 4 --batch 16 --reads -o table`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.connections < 1 || f.pipeline < 1 || f.batch < 1 || f.recordSize < 0 || f.duration <= 0 {
@@ -108,7 +108,7 @@ and the records read per second are reported.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.broker, "broker", "127.0.0.1:7070", "broker address HOST:PORT")
+	fl.StringVar(&f.broker, "broker", "127.0.0.1:7100", "broker address HOST:PORT")
 	fl.StringVar(&f.stream, "stream", "bench", "stream to append to")
 	fl.IntVar(&f.shards, "shards", 0, "shards to spread connections over (default: one per connection)")
 	fl.IntVar(&f.connections, "connections", 16, "connections")

@@ -124,15 +124,15 @@ once space returns (docs/durable-storage.md, "A full disk").
 
 Once serving it prints one JSON line to stdout with the bound addresses and
 the storage id; logs go to stderr as JSON lines.`,
-		Example: `  felix broker --data-dir /var/lib/felix --listen 127.0.0.1:7070 --http 127.0.0.1:7071 --fsync periodic --standalone
-  felix broker --data-dir ./data --listen :7070 --http :7071 --fsync on-commit --standalone --tls-cert tls.crt --tls-key tls.key`,
+		Example: `  felix broker --data-dir /var/lib/felix --listen 127.0.0.1:7100 --http 127.0.0.1:7101 --fsync periodic --standalone
+  felix broker --data-dir ./data --listen :7100 --http :7101 --fsync on-commit --standalone --tls-cert tls.crt --tls-key tls.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBroker(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (required)")
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "protocol address HOST:PORT (port 0 picks one)")
-	fl.StringVar(&f.http, "http", "127.0.0.1:7071", "plain HTTP address HOST:PORT for /live and /ready (and /metrics in standalone or --insecure-no-tls mode without --metrics-listen)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7100", "protocol address HOST:PORT (port 0 picks one)")
+	fl.StringVar(&f.http, "http", "127.0.0.1:7101", "plain HTTP address HOST:PORT for /live and /ready (and /metrics in standalone or --insecure-no-tls mode without --metrics-listen)")
 	fl.StringVar(&f.fsync, "fsync", "on-commit", "durability: on-commit, periodic or none")
 	fl.DurationVar(&f.fsyncInterval, "fsync-interval", logstore.DefaultFsyncInterval, "background sync interval under --fsync periodic")
 	fl.BoolVar(&f.batchesInLog, "batches-in-commit-log", true, "under --fsync on-commit, write each batch once, to the commit log, with a ref in the index (false: also to badger's value log); once a data directory holds such batches, brokers from before this option refuse to open it")

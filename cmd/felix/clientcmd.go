@@ -38,12 +38,15 @@ const (
 
 // shardFlags are the flags every client command shares.
 type shardFlags struct {
-	broker  string
-	stream  string
-	shard   uint32
-	output  string
-	timeout time.Duration
-	tls     tlsFlags
+	broker string
+	// bootstrap lists brokers of a cluster (or its client Service) to
+	// learn the cluster from; requests then go to each shard's leader.
+	bootstrap []string
+	stream    string
+	shard     uint32
+	output    string
+	timeout   time.Duration
+	tls       tlsFlags
 	// who is the identity of the client certificate the last dial
 	// presented ("" anonymous), for messages.
 	who string
@@ -57,7 +60,18 @@ const (
 	envTLSCA         = "FELIX_TLS_CA"
 	envTLSDir        = "FELIX_TLS_DIR"
 	envTLSServerName = "FELIX_TLS_SERVER_NAME"
+	// envBootstrap is --bootstrap's variable: comma-separated HOST:PORTs.
+	envBootstrap = "FELIX_BOOTSTRAP"
 )
+
+// DefaultClientPort is the port of a broker's client protocol: what
+// cluster pods listen on and a standalone broker's default, so the CLI's
+// default --broker and a bootstrap address without a port reach it.
+const DefaultClientPort = "7100"
+
+// defaultBroker is the CLI's default --broker: a standalone broker on this
+// machine.
+const defaultBroker = "127.0.0.1:" + DefaultClientPort
 
 // tlsFlags turn on TLS to the broker: the flags as given, before the
 // environment is consulted (resolve).
@@ -164,7 +178,7 @@ func (s tlsSettings) load(host string) (clientTLS, error) {
 
 // options returns the client options of a resolved TLS setting.
 func (c clientTLS) options() client.Options {
-	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth, TLS: c.conf}
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata, TLS: c.conf}
 }
 
 // dialOptions resolves the TLS flags against the environment, reads the
@@ -183,7 +197,8 @@ func (t *tlsFlags) dialOptions(cmd *cobra.Command, addr string) (client.Options,
 
 func (f *shardFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.broker, "broker", "127.0.0.1:7070", "broker address HOST:PORT (a standalone broker's default; cluster brokers listen on <podIP>:7100, see kubectl get felixbroker)")
+	fl.StringVar(&f.broker, "broker", defaultBroker, "one broker's address HOST:PORT, spoken to alone (a standalone broker); excludes --bootstrap")
+	fl.StringArrayVar(&f.bootstrap, "bootstrap", nil, "HOST[:PORT] of any broker of a cluster, or of its client Service (repeatable; port "+DefaultClientPort+" when left out): requests go to each shard's leader, found and followed by the client; env "+envBootstrap+" (comma-separated)")
 	fl.StringVar(&f.stream, "stream", "", "stream name (required)")
 	fl.Uint32Var(&f.shard, "shard", 0, "shard number")
 	fl.StringVarP(&f.output, "output", "o", "json", "output format: json (one JSON object per line) or table")
@@ -206,16 +221,75 @@ func (f *shardFlags) check(cmd *cobra.Command) error {
 	return nil
 }
 
-// dial connects to the broker, offering the trim tag so CursorTooOld
-// carries the trim's headers [TR-4].
-func (f *shardFlags) dial(cmd *cobra.Command) (*client.Client, error) {
-	opts, ct, err := f.tls.dialOptions(cmd, f.broker)
+// shardClient is what the client commands send requests through: one
+// broker's connection (*client.Client, --broker) or a cluster that routes
+// each request to its shard's leader (*client.Cluster, --bootstrap).
+type shardClient interface {
+	Append(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error)
+	Read(ctx context.Context, req wire.ReadRequest) (wire.ReadOK, error)
+	Trim(ctx context.Context, req wire.TrimRequest) (wire.TrimOK, error)
+	Describe(ctx context.Context, shard record.ShardID) (wire.DescribeOK, error)
+	Metadata(ctx context.Context, streams ...string) (wire.MetadataOK, error)
+	Close() error
+}
+
+// bootstrapAddrs returns the bootstrap addresses: --bootstrap, else
+// FELIX_BOOTSTRAP (unless --broker was given); a port left out is
+// DefaultClientPort. None means --broker alone.
+func (f *shardFlags) bootstrapAddrs(cmd *cobra.Command, getenv func(string) string) ([]string, error) {
+	given := cmd.Flags().Changed("broker")
+	addrs := f.bootstrap
+	if len(addrs) > 0 && given {
+		return nil, errors.New("--broker and --bootstrap exclude each other: --broker speaks to one broker, --bootstrap routes through a cluster")
+	}
+	if len(addrs) == 0 && !given {
+		if v := getenv(envBootstrap); v != "" {
+			addrs = strings.Split(v, ",")
+		}
+	}
+	var out []string
+	for _, a := range addrs {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			a = net.JoinHostPort(a, DefaultClientPort)
+		}
+		out = append(out, a)
+	}
+	if len(addrs) > 0 && len(out) == 0 {
+		return nil, errors.New("--bootstrap (or " + envBootstrap + ") holds no address")
+	}
+	return out, nil
+}
+
+// dial connects to the broker (--broker), or learns the cluster from
+// --bootstrap, offering the trim tag so CursorTooOld carries the trim's
+// headers [TR-4].
+func (f *shardFlags) dial(cmd *cobra.Command) (shardClient, error) {
+	boot, err := f.bootstrapAddrs(cmd, os.Getenv)
+	if err != nil {
+		return nil, usageErr(cmd, err)
+	}
+	addr := f.broker
+	if len(boot) > 0 {
+		addr = boot[0]
+	}
+	opts, ct, err := f.tls.dialOptions(cmd, addr)
 	if err != nil {
 		return nil, err
 	}
 	f.who = ct.identity
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
+	if len(boot) > 0 {
+		c, err := client.NewCluster(ctx, client.ClusterOptions{Options: opts}, boot...)
+		if err != nil {
+			return nil, f.report(cmd, err)
+		}
+		return c, nil
+	}
 	c, err := client.Dial(ctx, f.broker, opts)
 	if err != nil {
 		return nil, f.report(cmd, err)
@@ -366,6 +440,11 @@ func errorJSON(err error) (map[string]any, int) {
 		case wire.CodeNotLeader:
 			out["leader"] = we.Leader
 			out["epoch"] = we.Epoch
+		case wire.CodeShardUnknown:
+			if we.Leader != "" {
+				out["leader"] = we.Leader
+				out["epoch"] = we.Epoch
+			}
 		case wire.CodeFenced:
 			out["epoch"] = we.Epoch
 		case wire.CodeRecordTooLarge:

@@ -14,9 +14,9 @@ func newDescribeCmd() *cobra.Command {
 		Long: `Print a shard's positions: base (its first offset ever), floor (the first
 offset a reader may start at), tail (the next offset to be written) and
 committed (every offset below it is acknowledged).`,
-		Example: `  felix describe --broker 127.0.0.1:7070 --stream orders --shard 0
-  felix describe --broker 127.0.0.1:7070 --stream orders --shard 0 -o table
-  FELIX_TLS_DIR=./alice felix describe --broker 127.0.0.5:7100 --stream orders --shard 0`,
+		Example: `  felix describe --broker 127.0.0.1:7100 --stream orders --shard 0
+  felix describe --broker 127.0.0.1:7100 --stream orders --shard 0 -o table
+  FELIX_TLS_DIR=./alice FELIX_BOOTSTRAP=127.0.0.5,127.0.0.6 felix describe --stream orders --shard 0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd); err != nil {

@@ -70,12 +70,12 @@ every --step-interval, saving a snapshot and trimming below it every
 When a newer epoch takes over it retires; when its renewal fails it stops.
 Then it campaigns again, or with --once exits with code 4 (retired) or 5
 (lease lost). Logs are JSON lines on stderr.`,
-		Example: `  felix felixd --broker 127.0.0.1:7070 --stream orders --shard 0 --workload counter --snapshot-every 100`,
+		Example: `  felix felixd --broker 127.0.0.1:7100 --stream orders --shard 0 --workload counter --snapshot-every 100`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runFelixd(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.broker, "broker", "127.0.0.1:7070", "broker address HOST:PORT")
+	fl.StringVar(&f.broker, "broker", "127.0.0.1:7100", "broker address HOST:PORT")
 	fl.StringVar(&f.stream, "stream", "", "stream name (required)")
 	fl.Uint32Var(&f.shard, "shard", 0, "shard number")
 	fl.StringVar(&f.workload, "workload", "", "workload name: the name of its Lease (required)")

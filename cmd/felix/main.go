@@ -54,6 +54,8 @@ func newRootCmd() *cobra.Command {
 		newReadCmd(),
 		newTrimCmd(),
 		newDescribeCmd(),
+		newShardsCmd(),
+		newStreamsCmd(),
 		newBenchCmd(),
 		newFelixdCmd(),
 	)

@@ -48,9 +48,9 @@ Prints one JSON object per record: offset, epoch, timestamp, headers and
 payload (payload when valid UTF-8, otherwise payloadBase64). A start below the
 floor is refused with CursorTooOld carrying floor and, when the trim that set
 it had headers, trimHeaders.`,
-		Example: `  felix read --broker 127.0.0.1:7070 --stream orders --shard 0 --from earliest
-  felix read --broker 127.0.0.1:7070 --stream orders --shard 0 --from 42 --limit 10 -o table
-  felix read --broker 127.0.0.1:7070 --stream orders --shard 0 --from latest --follow`,
+		Example: `  felix read --broker 127.0.0.1:7100 --stream orders --shard 0 --from earliest
+  felix read --broker 127.0.0.1:7100 --stream orders --shard 0 --from 42 --limit 10 -o table
+  felix read --broker 127.0.0.1:7100 --stream orders --shard 0 --from latest --follow`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd); err != nil {

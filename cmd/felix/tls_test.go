@@ -256,3 +256,42 @@ func TestClientCommandsOverTLS(t *testing.T) {
 		t.Fatalf("anonymous describe with a grant: %v\n%s", err, out)
 	}
 }
+
+// TestBootstrapOverTLS: through --bootstrap the client commands print the
+// same refusals as through --broker: a broker not trusted, one of another
+// cluster, an anonymous connection refused, a request not granted.
+func TestBootstrapOverTLS(t *testing.T) {
+	clearTLSEnv(t)
+	b := startTLSBroker(t)
+	b.table.Set("alice", "uid-alice", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpAppend, auth.OpRead, auth.OpDescribe}}})
+	alice := issueDir(t, b.ca, pki.Identity{Namespace: "ns", Cluster: "c", Kind: pki.KindUser, Name: "alice"})
+	other := issueDir(t, newCA(t, "another CA"), pki.Identity{Namespace: "ns", Cluster: "c", Kind: pki.KindUser, Name: "alice"})
+
+	out, err := runFelix(t, "append", "--bootstrap", b.addr, "--stream", "orders", "--payload", "hello", "--tls-dir", alice, "--cluster", "ns/c")
+	if err != nil || !strings.Contains(out, `"tail":1`) {
+		t.Fatalf("append over TLS through --bootstrap: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantError  string
+		wantReason string
+	}{
+		{"not granted", []string{"trim", "--floor", "1", "--expect-tail", "1", "--tls-dir", alice}, "NotAuthorized", ""},
+		{"another CA", []string{"describe", "--tls-dir", other}, errNameTLS, "Untrusted"},
+		{"another cluster", []string{"describe", "--tls-dir", alice, "--cluster", "ns/other"}, errNameTLS, "WrongCluster"},
+		{"anonymous", []string{"describe", "--tls-ca", filepath.Join(alice, pki.CAFile)}, "Unauthenticated", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{tc.args[0], "--bootstrap", b.addr, "--stream", "orders"}, tc.args[1:]...)
+			out, err := runFelix(t, args...)
+			if err == nil {
+				t.Fatalf("succeeded: %s", out)
+			}
+			m := errorLine(t, out)
+			if m["error"] != tc.wantError || (tc.wantReason != "" && m["reason"] != tc.wantReason) {
+				t.Fatalf("printed %v, want error %s reason %q", m, tc.wantError, tc.wantReason)
+			}
+		})
+	}
+}

@@ -24,7 +24,7 @@ refused with CursorTooOld is told (trimHeaders). A trim at or below the
 current floor writes nothing but still checks the tail.
 
 Prints {"tail":T,"floor":F}: the tail after the trim and the floor in effect.`,
-		Example: `  felix trim --broker 127.0.0.1:7070 --stream orders --shard 0 --floor 500 --expect-tail 512 --header epoch=2`,
+		Example: `  felix trim --broker 127.0.0.1:7100 --stream orders --shard 0 --floor 500 --expect-tail 512 --header epoch=2`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd); err != nil {

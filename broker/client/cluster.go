@@ -1,0 +1,449 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"felix.dev/felix/broker/peer"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/wire"
+)
+
+// Defaults of ClusterOptions.
+const (
+	// DefaultAttempts bounds the tries of one request through a Cluster.
+	DefaultAttempts = 12
+	// DefaultClusterDialTimeout bounds one dial and handshake of a Cluster.
+	DefaultClusterDialTimeout = 5 * time.Second
+)
+
+// ErrNoBootstrap is returned by NewCluster without any address.
+var ErrNoBootstrap = errors.New("client: no bootstrap address")
+
+// errClusterClosed is the error of a call on a closed Cluster; it matches
+// ErrClosed.
+var errClusterClosed = fmt.Errorf("%w: cluster client closed", ErrClosed)
+
+// ClusterOptions configures NewCluster.
+type ClusterOptions struct {
+	// Options configures every connection (TLS, features). Its default
+	// features include wire.FeatureMetadata, which routing needs.
+	Options
+	// Attempts bounds the tries of one request, the first included; zero
+	// means DefaultAttempts.
+	Attempts int
+	// Backoff is the wait before a try that does not follow a leader hint
+	// (after a refusal without a hint, Unavailable, or a lost or refused
+	// connection); zero takes peer.Backoff's defaults.
+	Backoff peer.Backoff
+	// DialTimeout bounds each dial and handshake; zero means
+	// DefaultClusterDialTimeout.
+	DialTimeout time.Duration
+	// After waits out a backoff; nil means time.After.
+	After func(time.Duration) <-chan time.Time
+	// Logger receives routing events (V(1)); zero discards them.
+	Logger logr.Logger
+}
+
+// Cluster is a client of a whole Felix cluster: it learns the cluster's
+// brokers and each shard's leader from any broker it can reach (the
+// Metadata request), sends every request to the shard's leader over one
+// pooled connection per broker, follows the leader hints of NotLeader and
+// ShardUnknown refusals, and learns the metadata again when a leader
+// fails over or a shard is unknown.
+//
+// A request is tried at most ClusterOptions.Attempts times. It is tried
+// again after an answer that proves nothing was done (NotLeader,
+// ShardUnknown), after Unavailable, and after a connection that broke
+// before the request was sent; reads and describes also after a
+// connection that broke while they waited. An append or trim whose
+// outcome is unknown (sent and not answered, or refused Fenced after it
+// was proposed) is never sent again: its error matches ErrUnknownOutcome,
+// and the caller re-reads before deciding [FD-1]. Any other answer
+// (OffsetMismatch, CursorTooOld, NotAuthorized, ...) is returned as the
+// single-connection Client returns it.
+//
+// A broker that knows no cluster (standalone) lists no shards; requests
+// then go to the broker the Cluster reached, which serves them. Safe for
+// concurrent use.
+type Cluster struct {
+	o         ClusterOptions
+	bootstrap []string
+	log       logr.Logger
+
+	mu      sync.Mutex
+	brokers []wire.BrokerInfo
+	shards  map[record.ShardID]wire.ShardInfo
+	hints   map[record.ShardID]string // leader addresses learned from refusals
+	conns   map[string]*Client
+	anyNext int // rotates the broker tried when no leader is known
+	closed  bool
+}
+
+// NewCluster returns a Cluster that learns the cluster from the first of
+// bootstrap (HOST:PORT addresses of any of its brokers, or of a Service
+// in front of them) that answers. It fails when none does.
+func NewCluster(ctx context.Context, opts ClusterOptions, bootstrap ...string) (*Cluster, error) {
+	if len(bootstrap) == 0 {
+		return nil, ErrNoBootstrap
+	}
+	if opts.Attempts <= 0 {
+		opts.Attempts = DefaultAttempts
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultClusterDialTimeout
+	}
+	if opts.After == nil {
+		opts.After = time.After
+	}
+	c := &Cluster{o: opts, bootstrap: slices.Clone(bootstrap), log: opts.Logger,
+		shards: map[record.ShardID]wire.ShardInfo{}, hints: map[record.ShardID]string{}, conns: map[string]*Client{}}
+	if c.log.GetSink() == nil {
+		c.log = logr.Discard()
+	}
+	if _, err := c.refresh(ctx, nil); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes every pooled connection; calls in flight fail.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	conns := c.conns
+	c.conns = map[string]*Client{}
+	c.mu.Unlock()
+	for _, cl := range conns {
+		_ = cl.Close()
+	}
+	return nil
+}
+
+// Metadata asks a broker of the cluster for the brokers and the shards of
+// streams (every stream the principal may Describe when none is named),
+// and routes later requests by the answer.
+func (c *Cluster) Metadata(ctx context.Context, streams ...string) (wire.MetadataOK, error) {
+	return c.refresh(ctx, streams)
+}
+
+// Append is Client.Append sent to the shard's leader. An append whose
+// outcome is unknown is not retried; its error matches ErrUnknownOutcome.
+func (c *Cluster) Append(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error) {
+	var out wire.AppendOK
+	err := c.do(ctx, shard, true, func(cl *Client) (err error) {
+		out, err = cl.Append(ctx, shard, recs, expectTail)
+		return err
+	})
+	return out, err
+}
+
+// Read is Client.Read sent to the shard's leader.
+func (c *Cluster) Read(ctx context.Context, req wire.ReadRequest) (wire.ReadOK, error) {
+	var out wire.ReadOK
+	err := c.do(ctx, req.Shard, false, func(cl *Client) (err error) {
+		out, err = cl.Read(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// Trim is Client.Trim sent to the shard's leader. A trim whose outcome is
+// unknown is not retried; its error matches ErrUnknownOutcome.
+func (c *Cluster) Trim(ctx context.Context, req wire.TrimRequest) (wire.TrimOK, error) {
+	var out wire.TrimOK
+	err := c.do(ctx, req.Shard, true, func(cl *Client) (err error) {
+		out, err = cl.Trim(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// Describe is Client.Describe sent to the shard's leader.
+func (c *Cluster) Describe(ctx context.Context, shard record.ShardID) (wire.DescribeOK, error) {
+	var out wire.DescribeOK
+	err := c.do(ctx, shard, false, func(cl *Client) (err error) {
+		out, err = cl.Describe(ctx, shard)
+		return err
+	})
+	return out, err
+}
+
+// next says what to do after a failed try.
+type next uint8
+
+const (
+	stop       next = iota // return the error
+	followHint             // try the hinted leader at once
+	retryLater             // wait, learn the metadata again, try again
+)
+
+// do runs call against shard's leader until it succeeds, fails for good,
+// or runs out of attempts. write marks appends and trims, whose unknown
+// outcomes are never retried.
+func (c *Cluster) do(ctx context.Context, shard record.ShardID, write bool, call func(*Client) error) error {
+	waits := 0
+	for attempt := 1; ; attempt++ {
+		addr := c.route(shard)
+		cl, err := c.conn(ctx, addr)
+		dialFailed := err != nil
+		if err == nil {
+			if err = call(cl); err == nil {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		what, err := c.classify(shard, addr, cl, dialFailed, write, err)
+		if what == stop {
+			return err
+		}
+		if attempt >= c.o.Attempts {
+			return fmt.Errorf("client: %s: gave up after %d attempts: %w", shard, attempt, err)
+		}
+		if what == followHint {
+			continue
+		}
+		waits++
+		select {
+		case <-ctx.Done():
+			return err
+		case <-c.o.After(c.o.Backoff.Delay(waits)):
+		}
+		if _, rerr := c.refresh(ctx, []string{shard.Stream}); rerr != nil {
+			c.log.V(1).Info("metadata refresh failed", "shard", shard.String(), "error", rerr.Error())
+		}
+	}
+}
+
+// classify decides what follows a failed try of a request for shard sent
+// to addr over cl (nil when the dial failed), and the error to return.
+func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFailed, write bool, err error) (next, error) {
+	if errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrUnauthenticated) {
+		return stop, err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errClusterClosed) {
+		return stop, err
+	}
+	if refusedIdentity(err) {
+		// The broker's certificate or TLS parameters, or the client's
+		// identity, were refused: no retry changes that.
+		return stop, err
+	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		switch we.Code {
+		case wire.CodeNotLeader, wire.CodeShardUnknown:
+			if we.Leader != "" && we.Leader != addr {
+				c.log.V(1).Info("following leader hint", "shard", shard.String(), "from", addr, "to", we.Leader, "epoch", we.Epoch)
+				c.setHint(shard, we.Leader)
+				return followHint, err
+			}
+			c.setHint(shard, "")
+			return retryLater, err
+		case wire.CodeUnavailable:
+			return retryLater, err
+		case wire.CodeFenced:
+			if write {
+				// Refused after it was proposed: it may or may not survive.
+				return stop, &UnknownOutcomeError{Err: err}
+			}
+		}
+		return stop, err
+	}
+	if dialFailed || errors.Is(err, ErrClosed) {
+		// The broker is gone or the connection broke before the request
+		// went out (a request that went out and was not answered matched
+		// ErrUnknownOutcome above, or is a read or describe).
+		c.drop(addr, cl)
+		c.setHint(shard, "")
+		return retryLater, err
+	}
+	return stop, err
+}
+
+// route returns the address to send shard's requests to: a leader learned
+// from a refusal, else the metadata's leader, else any broker.
+func (c *Cluster) route(shard record.ShardID) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := c.hints[shard]; a != "" {
+		return a
+	}
+	if s, ok := c.shards[shard]; ok && s.Leader != "" {
+		for _, b := range c.brokers {
+			if b.Name == s.Leader && b.Address != "" {
+				return b.Address
+			}
+		}
+	}
+	cands := c.candidatesLocked()
+	return cands[c.anyNext%len(cands)]
+}
+
+// candidatesLocked lists the addresses worth asking anything: brokers
+// with an open connection first, then the other known brokers, then the
+// bootstrap addresses; never empty.
+func (c *Cluster) candidatesLocked() []string {
+	var open, rest []string
+	seen := map[string]bool{}
+	add := func(a string) {
+		if a == "" || seen[a] {
+			return
+		}
+		seen[a] = true
+		if cl, ok := c.conns[a]; ok && !cl.finished() {
+			open = append(open, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	for _, b := range c.brokers {
+		add(b.Address)
+	}
+	for _, a := range c.bootstrap {
+		add(a)
+	}
+	return append(open, rest...)
+}
+
+func (c *Cluster) setHint(shard record.ShardID, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if addr == "" {
+		delete(c.hints, shard)
+		return
+	}
+	c.hints[shard] = addr
+}
+
+// conn returns the pooled connection to addr, dialling it if there is
+// none or the one there broke.
+func (c *Cluster) conn(ctx context.Context, addr string) (*Client, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errClusterClosed
+	}
+	if cl, ok := c.conns[addr]; ok && !cl.finished() {
+		c.mu.Unlock()
+		return cl, nil
+	}
+	c.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
+	defer cancel()
+	cl, err := Dial(dctx, addr, c.o.Options)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = cl.Close()
+		return nil, errClusterClosed
+	}
+	if old, ok := c.conns[addr]; ok && !old.finished() {
+		_ = cl.Close() // another caller dialled it first
+		return old, nil
+	}
+	c.conns[addr] = cl
+	return cl, nil
+}
+
+// drop forgets a broken connection (cl, if still pooled under addr) and
+// moves the choice of "any broker" on.
+func (c *Cluster) drop(addr string, cl *Client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.anyNext++
+	if cl != nil && c.conns[addr] == cl {
+		delete(c.conns, addr)
+		_ = cl.Close()
+	}
+}
+
+// refresh asks the candidate brokers in turn for the metadata of streams
+// until one answers, and routes by the answer: the broker list is
+// replaced, and so are the shards of the streams asked for (of every
+// stream when none is named). A broker that does not serve metadata (an
+// older one) counts as an answer with nothing in it.
+func (c *Cluster) refresh(ctx context.Context, streams []string) (wire.MetadataOK, error) {
+	c.mu.Lock()
+	cands := c.candidatesLocked()
+	c.mu.Unlock()
+	var last error
+	for _, addr := range cands {
+		cl, err := c.conn(ctx, addr)
+		if err != nil {
+			if refusedIdentity(err) || ctx.Err() != nil {
+				return wire.MetadataOK{}, err // every broker of the cluster would say the same
+			}
+			last = err
+			continue
+		}
+		m, err := cl.Metadata(ctx, streams...)
+		if errors.Is(err, ErrNoMetadata) {
+			return m, nil
+		}
+		if err != nil {
+			if errors.Is(err, ErrNotAuthorized) || ctx.Err() != nil {
+				return m, err
+			}
+			if errors.Is(err, ErrClosed) {
+				c.drop(addr, cl)
+			}
+			last = err
+			continue
+		}
+		c.learn(streams, m)
+		return m, nil
+	}
+	return wire.MetadataOK{}, fmt.Errorf("client: no broker answered for the cluster's metadata (tried %s; the last said): %w",
+		strings.Join(cands, ", "), last)
+}
+
+// refusedIdentity reports whether err refuses the connection's identity,
+// or the broker's certificate, rather than the broker being away.
+func refusedIdentity(err error) bool {
+	if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrNotAuthorized) {
+		return true
+	}
+	var he *HandshakeError
+	var ne net.Error
+	return errors.As(err, &he) && !(errors.As(he.Err, &ne) && ne.Timeout())
+}
+
+// learn adopts metadata m, the answer for streams.
+func (c *Cluster) learn(streams []string, m wire.MetadataOK) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(m.Brokers) > 0 {
+		c.brokers = m.Brokers
+	}
+	asked := map[string]bool{}
+	for _, s := range streams {
+		asked[s] = true
+	}
+	for id := range c.shards {
+		if len(streams) == 0 || asked[id.Stream] {
+			delete(c.shards, id)
+		}
+	}
+	for _, s := range m.Shards {
+		c.shards[s.Shard] = s
+		if s.Leader != "" {
+			// Learned after the hint: the metadata is the newer word.
+			delete(c.hints, s.Shard)
+		}
+	}
+}
