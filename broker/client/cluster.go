@@ -252,6 +252,14 @@ func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFa
 			c.setHint(shard, "")
 			return retryLater, err
 		case wire.CodeUnavailable:
+			if write {
+				// A broker answers Unavailable both before it proposes
+				// (a leader still recovering, no leader known) and for
+				// a proposal its replica stopped waiting on, which may
+				// still commit: resending could write it twice, so a
+				// write's outcome is unknown.
+				return stop, &UnknownOutcomeError{Err: err}
+			}
 			return retryLater, err
 		case wire.CodeFenced:
 			if write {

@@ -138,12 +138,23 @@ func TestClusterRetries(t *testing.T) {
 				var we *wire.Error
 				return errors.Is(err, client.ErrUnknownOutcome) && errors.As(err, &we) && we.Code == wire.CodeFenced
 			}, wantRequest: 1},
-		{name: "append after Unavailable", op: wire.MsgAppend,
+		{name: "append after Unavailable: unknown outcome, not resent", op: wire.MsgAppend,
 			answer: func(_ wire.MsgType, n int) (wire.MsgType, []byte, bool) {
 				if n < 3 {
 					return wire.MsgError, unavailable, true
 				}
 				return wire.MsgAppendOK, appendOK, true
+			},
+			wantErr: func(err error) bool {
+				var we *wire.Error
+				return errors.Is(err, client.ErrUnknownOutcome) && errors.As(err, &we) && we.Code == wire.CodeUnavailable
+			}, wantRequest: 1},
+		{name: "read after Unavailable", op: wire.MsgRead,
+			answer: func(_ wire.MsgType, n int) (wire.MsgType, []byte, bool) {
+				if n < 3 {
+					return wire.MsgError, unavailable, true
+				}
+				return wire.MsgReadOK, readOK, true
 			}, wantRequest: 3},
 		{name: "read after a lost connection", op: wire.MsgRead,
 			answer: func(_ wire.MsgType, n int) (wire.MsgType, []byte, bool) {
