@@ -36,8 +36,10 @@ CLUSTER_DOMAIN="${CLUSTER_DOMAIN:-cluster.local}"
 BRIDGE="${BRIDGE:-felixbr0}"
 DEADLINE="${DEADLINE:-120}" # seconds each component gets to become ready
 
-log "building or reusing the pinned binaries (hack/k8s/build.sh)"
-hack/k8s/build.sh
+if [[ -z "${FELIX_K8S_NO_BUILD:-}" ]]; then
+  log "building or reusing the pinned binaries (hack/k8s/build.sh)"
+  hack/k8s/build.sh
+fi
 CONTROL_BIN="$(hack/build-envtest.sh)"
 
 RUN="${STATE}/run" LOGS="${STATE}/logs" PKI="${STATE}/pki" KC="${STATE}/kubeconfig.d"
@@ -59,7 +61,7 @@ log "node ${NODE_NAME} at ${NODE_IP}, cgroup ${CGROUPS}, state in ${STATE}"
 # The kubelet sets a few kernel sysctls (vm.overcommit_memory, kernel.panic...)
 # as on any node, and this script two more; remember the machine's values
 # once, so down.sh puts them back.
-SYSCTLS=(net.bridge.bridge-nf-call-iptables net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom
+SYSCTLS=(net.bridge.bridge-nf-call-iptables net.ipv4.ip_forward net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom
   kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 if [[ ! -s "${STATE}/sysctl.orig" ]]; then
   mkdir -p "${STATE}"
@@ -84,6 +86,7 @@ running() {
 start() {
   local name="$1" bin="$2"; shift 2
   if running "${name}"; then log "${name} already running (pid $(cut -d' ' -f1 "${RUN}/${name}.pid"))"; return 0; fi
+  [[ -x "${bin}" ]] || die "${bin} is missing (hack/k8s/build.sh builds it)"
   log "starting ${name}"
   echo "==== $(date -u +%FT%TZ) ${bin} $*" >> "${LOGS}/${name}.log"
   setsid "${bin}" "$@" >> "${LOGS}/${name}.log" 2>&1 < /dev/null &
@@ -210,7 +213,8 @@ start kube-apiserver "${CONTROL_BIN}/kube-apiserver" \
   --service-account-key-file "${PKI}/sa.pub" --service-account-signing-key-file "${PKI}/sa.key" \
   --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
   --allow-privileged=true --profiling=false
-wait_for kube-apiserver "the API server to be ready" "${KUBECTL}" get --raw /readyz
+wait_for kube-apiserver "the API server to be ready" \
+  curl -sf --cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key" "https://127.0.0.1:${APISERVER_PORT}/readyz"
 
 # ---- containerd, the CNI bridge, the images ---------------------------------------
 
