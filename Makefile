@@ -41,7 +41,7 @@ dev-containers: build envtest-bins ## Like dev, with every broker pod a Docker c
 ##@ Real node
 
 .PHONY: k8s-up
-k8s-up: ## Start a real single-node Kubernetes (etcd, API server, containerd, kubelet, kube-proxy, CoreDNS...) built from pinned sources; state in .felix-k8s/ (docs/real-node.md; about 25 minutes cold).
+k8s-up: ## Start a real single-node Kubernetes (etcd, API server, containerd, kubelet, kube-proxy, CoreDNS...) built from pinned sources; state in .felix-k8s/ (docs/real-node.md; an hour or more cold on this shared machine).
 	hack/k8s/up.sh
 
 .PHONY: k8s-down
