@@ -370,6 +370,8 @@ clientConnection:
 hostnameOverride: ${NODE_NAME}
 clusterCIDR: ${CLUSTER_CIDR}
 detectLocalMode: ClusterCIDR
+# NodePorts on the node's address only, not on every local address.
+nodePortAddresses: [primary]
 metricsBindAddress: 127.0.0.1:${PROXY_METRICS_PORT}
 healthzBindAddress: 127.0.0.1:${PROXY_HEALTHZ_PORT}
 oomScoreAdj: 0
