@@ -137,11 +137,12 @@ build_cni_plugins() {
   log "building CNI plugins ${CNI_PLUGINS_VERSION}"
   go_install "$1" "-s -w -X ${m}/pkg/utils/buildversion.BuildVersion=${CNI_PLUGINS_VERSION}" \
     "${m}/plugins/main/bridge@${CNI_PLUGINS_VERSION}" "${m}/plugins/main/loopback@${CNI_PLUGINS_VERSION}" \
-    "${m}/plugins/meta/portmap@${CNI_PLUGINS_VERSION}" "${m}/plugins/ipam/host-local@${CNI_PLUGINS_VERSION}"
+    "${m}/plugins/meta/portmap@${CNI_PLUGINS_VERSION}" "${m}/plugins/meta/firewall@${CNI_PLUGINS_VERSION}" \
+    "${m}/plugins/ipam/host-local@${CNI_PLUGINS_VERSION}"
 }
 step_cni() {
   cached "${CNI_BIN}" "${NODE_CACHE}/cni-plugins-${CNI_PLUGINS_VERSION}" build_cni_plugins \
-    bridge host-local loopback portmap
+    bridge host-local loopback portmap firewall
 }
 
 build_crictl() {

@@ -333,6 +333,9 @@ wait_for kube-controller-manager "a pod CIDR for ${NODE_NAME}" has_pod_cidr
 POD_CIDR="$(pod_cidr)"
 
 # One bridge for the node's pods; host-local hands out the node's pod CIDR.
+# firewall accepts each pod's traffic in FORWARD: with bridge netfilter on,
+# even pod-to-pod packets on the bridge cross FORWARD, whose policy Docker
+# sets to DROP.
 cat > "${STATE}/cni/net.d/10-felix-k8s.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -351,7 +354,8 @@ cat > "${STATE}/cni/net.d/10-felix-k8s.conflist" <<EOF
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "firewall", "backend": "iptables"}
   ]
 }
 EOF
@@ -360,7 +364,9 @@ wait_for kubelet "node ${NODE_NAME} to be Ready" "${KUBECTL}" wait --for=conditi
 
 # ---- kube-proxy -------------------------------------------------------------------------
 
-cat > "${STATE}/config/kube-proxy.yaml" <<EOF
+# kube-proxy exits when its configuration file changes: write only a change.
+put() { cat > "$1.new"; if cmp -s "$1.new" "$1"; then rm -f "$1.new"; else mv "$1.new" "$1"; fi; }
+put "${STATE}/config/kube-proxy.yaml" <<EOF
 # Written by hack/k8s/up.sh.
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
