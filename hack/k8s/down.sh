@@ -61,8 +61,8 @@ if pid_of containerd >/dev/null; then
   crictl=(env CONTAINER_RUNTIME_ENDPOINT="unix://${SOCK}" IMAGE_SERVICE_ENDPOINT="unix://${SOCK}" "${CRICTL}" --timeout 30s)
   if [[ -x "${CRICTL}" ]] && [[ -n "$("${crictl[@]}" pods -q 2>/dev/null)" ]]; then
     log "removing every pod sandbox"
-    "${crictl[@]}" stopp $("${crictl[@]}" pods -q) >/dev/null || true
-    "${crictl[@]}" rmp -f $("${crictl[@]}" pods -q) >/dev/null || true
+    "${crictl[@]}" stopp $("${crictl[@]}" pods -q 2>/dev/null) >/dev/null 2>&1 || true
+    "${crictl[@]}" rmp -f $("${crictl[@]}" pods -q 2>/dev/null) >/dev/null 2>&1 || true
   fi
   # Whatever the CRI could not remove: kill and delete by hand.
   for id in $(ctr --address "${SOCK}" -n k8s.io tasks ls -q 2>/dev/null); do
@@ -87,6 +87,15 @@ if [[ -x "${KUBE_BIN}/kube-proxy" ]] && iptables -t nat -S KUBE-SERVICES >/dev/n
   log "removing kube-proxy's iptables rules"
   "${KUBE_BIN}/kube-proxy" --cleanup >/dev/null 2>&1 || true
 fi
+# The CNI firewall plugin's chains, once no pod uses them; the kubelet's canary.
+if iptables -S CNI-FORWARD >/dev/null 2>&1 && [[ $(iptables -S CNI-FORWARD | wc -l) -le 2 ]]; then
+  log "removing the CNI firewall chains"
+  iptables -D FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD 2>/dev/null || true
+  iptables -F CNI-FORWARD && iptables -X CNI-FORWARD && iptables -F CNI-ADMIN && iptables -X CNI-ADMIN || true
+fi
+for t in nat mangle filter; do
+  iptables -t "${t}" -S KUBE-KUBELET-CANARY >/dev/null 2>&1 && iptables -t "${t}" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+done
 if ip link show "${BRIDGE}" >/dev/null 2>&1; then
   log "removing bridge ${BRIDGE}"
   ip link delete "${BRIDGE}"
