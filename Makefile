@@ -38,6 +38,20 @@ dev-containers: build envtest-bins ## Like dev, with every broker pod a Docker c
 	BASE=scratch hack/docker-build.sh felix:dev
 	hack/dev.sh --docker-image felix:dev --docker-network felix-dev
 
+##@ Real node
+
+.PHONY: k8s-up
+k8s-up: ## Start a real single-node Kubernetes (etcd, API server, containerd, kubelet, kube-proxy, CoreDNS...) built from pinned sources; state in .felix-k8s/ (docs/real-node.md; an hour or more cold on this shared machine).
+	hack/k8s/up.sh
+
+.PHONY: k8s-down
+k8s-down: ## Stop the real node: its pods, components, iptables rules and mounts (keeps .felix-k8s/; K8S_PURGE=1 deletes it).
+	hack/k8s/down.sh $(if $(K8S_PURGE),--purge)
+
+.PHONY: k8s-check
+k8s-check: ## On a running real node: run the Felix image as a pod behind a ClusterIP Service and reach it by DNS name from another pod.
+	hack/k8s/check.sh
+
 ##@ Development
 
 .PHONY: generate

@@ -1,0 +1,3 @@
+module felix.dev/felix/hack/k8s/pause
+
+go 1.26.0
