@@ -119,7 +119,19 @@ func TestSim(t *testing.T) {
 		t.Logf("seed %d (%s) passed: %s", cfg.Seed, r.Shape, r.Stats)
 		return
 	}
-	outs := sweep(Config{Steps: *flagSteps}, *flagFirst, *flagSeeds, nil)
+	base := Config{Steps: *flagSteps}
+	_, failed, msg := sweepSummary(t, base, *flagSeeds)
+	if failed > 0 {
+		t.Fatal(msg)
+	}
+}
+
+// sweepSummary runs n seeds of base from -sim.first, logs their total
+// stats, and returns them with the number of failing seeds and, when some
+// failed, a message naming them with the first one's replay.
+func sweepSummary(t *testing.T, base Config, n int) (Stats, int, string) {
+	t.Helper()
+	outs := sweep(base, *flagFirst, n, nil)
 	total := newStats()
 	var failed []outcome
 	for _, o := range outs {
@@ -128,16 +140,18 @@ func TestSim(t *testing.T) {
 			failed = append(failed, o)
 		}
 	}
-	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, *flagSteps, total)
-	if len(failed) > 0 {
-		var seeds []string
-		for _, o := range failed {
-			seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
-		}
-		t.Errorf("%d of %d seeds failed: %s", len(failed), *flagSeeds, strings.Join(seeds, " "))
-		o := failed[0]
-		t.Fatalf("first failing seed:\n%s", replayReport(Config{Seed: o.seed, Steps: *flagSteps}, o.res.Failure))
+	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, base.Steps, total)
+	if len(failed) == 0 {
+		return total, 0, ""
 	}
+	var seeds []string
+	for _, o := range failed {
+		seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
+	}
+	cfg := base
+	cfg.Seed = failed[0].seed
+	return total, len(failed), fmt.Sprintf("%d of %d seeds failed: %s\nfirst failing seed:\n%s", len(failed), len(outs),
+		strings.Join(seeds, " "), replayReport(cfg, failed[0].res.Failure))
 }
 
 // TestSim_PreferredLeader runs a quarter of the seeds with placement moving
@@ -145,30 +159,13 @@ func TestSim(t *testing.T) {
 // operator's default): planned promotions while the old leader is alive
 // and serving must keep every invariant, exactly as failovers do.
 func TestSim_PreferredLeader(t *testing.T) {
-	base := Config{Steps: *flagSteps, PreferredLeader: true}
-	outs := sweep(base, *flagFirst, max(*flagSeeds/4, 1), nil)
-	total := newStats()
-	var failed []outcome
-	for _, o := range outs {
-		total.Add(o.res.Stats)
-		if o.res.Failure != nil {
-			failed = append(failed, o)
-		}
-	}
-	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, *flagSteps, total)
-	if len(failed) > 0 {
-		var seeds []string
-		for _, o := range failed {
-			seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
-		}
-		t.Errorf("%d of %d seeds failed: %s", len(failed), len(outs), strings.Join(seeds, " "))
-		o := failed[0]
-		cfg := base
-		cfg.Seed = o.seed
-		t.Fatalf("first failing seed:\n%s", replayReport(cfg, o.res.Failure))
+	n := max(*flagSeeds/4, 1)
+	total, failed, msg := sweepSummary(t, Config{Steps: *flagSteps, PreferredLeader: true}, n)
+	if failed > 0 {
+		t.Fatal(msg)
 	}
 	if total.Switchovers == 0 {
-		t.Fatalf("no planned promotion in %d seeds: the sweep did not exercise switchovers", len(outs))
+		t.Fatalf("no planned promotion in %d seeds: the sweep did not exercise switchovers", n)
 	}
 }
 
@@ -184,26 +181,11 @@ var flagLegacyStrict = flag.Bool("sim.legacy-strict", false, "TestLegacyPeers_No
 // it. Until the core changes, the test reports the failures and their
 // replay and skips; -sim.legacy-strict makes it fail.
 func TestLegacyPeers_NoLoss(t *testing.T) {
-	outs := sweep(Config{Steps: *flagSteps, LegacyPeers: true}, *flagFirst, max(*flagSeeds/2, 1), nil)
-	total := newStats()
-	var failed []outcome
-	for _, o := range outs {
-		total.Add(o.res.Stats)
-		if o.res.Failure != nil {
-			failed = append(failed, o)
-		}
-	}
-	t.Logf("%d seeds from %d, %d steps: %s", len(outs), *flagFirst, *flagSteps, total)
-	if len(failed) == 0 {
+	_, failed, msg := sweepSummary(t, Config{Steps: *flagSteps, LegacyPeers: true}, max(*flagSeeds/2, 1))
+	if failed == 0 {
 		return
 	}
-	var seeds []string
-	for _, o := range failed {
-		seeds = append(seeds, fmt.Sprintf("%d:%s", o.seed, o.res.Failure.Invariant))
-	}
-	o := failed[0]
-	msg := fmt.Sprintf("%d of %d seeds with id-less brokers failed: %s\nfirst failing seed:\n%s", len(failed), len(outs),
-		strings.Join(seeds, " "), replayReport(Config{Seed: o.seed, Steps: *flagSteps, LegacyPeers: true}, o.res.Failure))
+	msg = "with id-less brokers: " + msg
 	if *flagLegacyStrict {
 		t.Fatal(msg)
 	}

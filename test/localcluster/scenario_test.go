@@ -43,6 +43,9 @@ import (
 //     /live up, then registers and serves;
 //   - [ID-5]: a FelixBackup restored into a new cluster, every
 //     acknowledged record read back;
+//   - leader balance: on a 5-broker cluster a 10-shard stream's shards are
+//     led by their preferred replicas after the start and again after the
+//     busiest broker's kill -9, at most ceil(10/5)+1 per broker;
 //   - the nemesis with the history check (3 minutes; -nemesis.duration or
 //     FELIX_NEMESIS_DURATION runs longer).
 //
@@ -95,6 +98,11 @@ func TestLocalCluster(t *testing.T) {
 	ts.run(t, "Auth_GrantsEnforcedTrimRefused", func(t *testing.T) { scenarioAuthorization(shared.on(t)) })
 	shared.close()
 	ts.run(t, "ID5_BackupRestoreReadsBack", func(t *testing.T) { scenarioBackupRestore(t, ctx, lc) })
+	ts.run(t, "LeaderBalance_SpreadAfterStartAndRestart", func(t *testing.T) {
+		tn := newTenant(t, ctx, lc, "balance", 5, felixv1.FsyncPeriodic)
+		defer tn.close()
+		scenarioLeaderBalance(tn)
+	})
 	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, duration, false, power) })
 }
 

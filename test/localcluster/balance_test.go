@@ -1,0 +1,117 @@
+package localcluster_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	felixv1 "felix.dev/felix/api/v1alpha1"
+)
+
+// scenarioLeaderBalance: a 5-broker cluster whose brokers start at
+// different times, and a 10-shard stream on it. Within a bounded time no
+// broker leads more than ceil(10/5)+1 = 3 shards; after the broker that
+// leads the most is killed (kill -9, restarted by the runner) its shards
+// fail over, and once it is back and caught up it leads again, with the
+// same bound, through planned promotions (Switchover events), never a
+// shard left waiting.
+func scenarioLeaderBalance(tn *tenant) {
+	t := tn.t
+	const shards, stream = 10, "spread"
+	limit := (shards+tn.brokers-1)/tn.brokers + 1
+	var c felixv1.FelixCluster
+	if err := tn.get(tn.cluster, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.LeaderBalance = felixv1.LeaderBalanceSpec{Mode: felixv1.LeaderBalancePreferred, SettleTime: &metav1.Duration{Duration: 3 * time.Second}}
+	if err := tn.c.Update(tn.ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.c.Create(tn.ctx, &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: stream, Namespace: tn.ns},
+		Spec: felixv1.FelixStreamSpec{Cluster: tn.cluster, Shards: shards, Replicas: 3, Ack: felixv1.AckQuorum}}); err != nil {
+		t.Fatal(err)
+	}
+	// leaders counts each broker's led shards, and says whether every
+	// shard is led by its preferred replica.
+	leaders := func() (map[string]int, bool, string) {
+		var list felixv1.FelixShardList
+		if err := tn.c.List(tn.ctx, &list, client.InNamespace(tn.ns), client.MatchingLabels{"felix.dev/stream": stream}); err != nil {
+			return nil, false, err.Error()
+		}
+		led := map[string]int{}
+		preferred := len(list.Items) == shards
+		var state []string
+		for _, s := range list.Items {
+			a := s.Status.Assignment
+			if a == nil {
+				preferred = false
+				state = append(state, s.Name+": unassigned")
+				continue
+			}
+			led[a.Leader]++
+			preferred = preferred && a.Leader == s.Spec.Replicas[0]
+			state = append(state, fmt.Sprintf("%s: %s@%d %s", s.Name, a.Leader, a.Epoch, s.Status.CaughtUp))
+		}
+		slices.Sort(state)
+		return led, preferred, fmt.Sprintf("led %v; %s", led, strings.Join(state, ", "))
+	}
+	balanced := func(extra func(map[string]int) bool) func() (bool, string) {
+		return func() (bool, string) {
+			led, preferred, state := leaders()
+			ok := preferred
+			for _, n := range led {
+				ok = ok && n <= limit
+			}
+			return ok && (extra == nil || extra(led)), state
+		}
+	}
+	start := time.Now()
+	eventually(t, "every shard led by its preferred replica after the start", 3*time.Minute, balanced(nil))
+	led, _, state := leaders()
+	t.Logf("after the start (%s): %s", time.Since(start).Round(time.Second), state)
+
+	victim, most := "", 0
+	for n, k := range led {
+		if k > most || (k == most && n < victim) {
+			victim, most = n, k
+		}
+	}
+	inc := tn.broker(victim).Incarnation
+	if err := tn.lc.Runner.Kill(tn.ns, victim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, victim+" registered again", 2*time.Minute, func() (bool, string) {
+		st := tn.broker(victim)
+		return st.Incarnation > inc, fmt.Sprintf("incarnation %d", st.Incarnation)
+	})
+	killed := time.Now()
+	eventually(t, victim+" leads again, every shard led by its preferred replica", 3*time.Minute,
+		balanced(func(led map[string]int) bool { return led[victim] > 0 }))
+	_, _, state = leaders()
+	t.Logf("%s (led %d) killed and back; balanced again %s after it registered: %s", victim, most,
+		time.Since(killed).Round(time.Second), state)
+	eventually(t, "Switchover events", time.Minute, func() (bool, string) {
+		n, err := tn.events("Switchover")
+		return err == nil && n > 0, fmt.Sprintf("%d, %v", n, err)
+	})
+}
+
+// events counts the events of the tenant's namespace with reason.
+func (tn *tenant) events(reason string) (int, error) {
+	var list eventsv1.EventList
+	if err := tn.c.List(tn.ctx, &list, client.InNamespace(tn.ns)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Reason == reason {
+			n++
+		}
+	}
+	return n, nil
+}
