@@ -32,6 +32,16 @@ func scenarioLeaderBalance(tn *tenant) {
 	if err := tn.c.Update(tn.ctx, &c); err != nil {
 		t.Fatal(err)
 	}
+	// Replica sets are drawn from the FelixBrokers that exist when the
+	// stream is placed; wait for all five (registered or not: those not
+	// yet up are why first leaders pile up on the early brokers).
+	eventually(t, "every FelixBroker created", 2*time.Minute, func() (bool, string) {
+		var list felixv1.FelixBrokerList
+		if err := tn.c.List(tn.ctx, &list, client.InNamespace(tn.ns)); err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == tn.brokers, fmt.Sprintf("%d FelixBrokers", len(list.Items))
+	})
 	if err := tn.c.Create(tn.ctx, &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: stream, Namespace: tn.ns},
 		Spec: felixv1.FelixStreamSpec{Cluster: tn.cluster, Shards: shards, Replicas: 3, Ack: felixv1.AckQuorum}}); err != nil {
 		t.Fatal(err)
@@ -55,7 +65,7 @@ func scenarioLeaderBalance(tn *tenant) {
 			}
 			led[a.Leader]++
 			preferred = preferred && a.Leader == s.Spec.Replicas[0]
-			state = append(state, fmt.Sprintf("%s: %s@%d %s", s.Name, a.Leader, a.Epoch, s.Status.CaughtUp))
+			state = append(state, fmt.Sprintf("%s: %s@%d %s (preferred %s)", s.Name, a.Leader, a.Epoch, s.Status.CaughtUp, s.Spec.Replicas[0]))
 		}
 		slices.Sort(state)
 		return led, preferred, fmt.Sprintf("led %v; %s", led, strings.Join(state, ", "))
