@@ -14,12 +14,12 @@ import (
 )
 
 // scenarioLeaderBalance: a 5-broker cluster whose brokers start at
-// different times, and a 10-shard stream on it. Within a bounded time no
-// broker leads more than ceil(10/5)+1 = 3 shards; after the broker that
-// leads the most is killed (kill -9, restarted by the runner) its shards
-// fail over, and once it is back and caught up it leads again, with the
-// same bound, through planned promotions (Switchover events), never a
-// shard left waiting.
+// different times, and a 10-shard stream on it. Within a bounded time
+// every shard is led by its preferred replica and no broker leads more
+// than ceil(10/5)+1 = 3 shards; after the broker that leads the most is
+// frozen past its expiry its shards fail over, and once it is thawed and
+// caught up it leads them again, through planned promotions (Switchover
+// events).
 func scenarioLeaderBalance(tn *tenant) {
 	t := tn.t
 	const shards, stream = 10, "spread"
@@ -91,23 +91,39 @@ func scenarioLeaderBalance(tn *tenant) {
 			victim, most = n, k
 		}
 	}
-	inc := tn.broker(victim).Incarnation
-	if err := tn.lc.Runner.Kill(tn.ns, victim); err != nil {
+	before, err := tn.events("Switchover")
+	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, victim+" registered again", 2*time.Minute, func() (bool, string) {
-		st := tn.broker(victim)
-		return st.Incarnation > inc, fmt.Sprintf("incarnation %d", st.Incarnation)
+	// Frozen past its expiry, the victim loses its shards to failovers;
+	// thawed, it is Up again at the same incarnation and, once its new
+	// leaders' reports count it caught up, leads its shards again.
+	if err := tn.lc.Runner.Freeze(tn.ns, victim); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			_ = tn.lc.Runner.Thaw(tn.ns, victim)
+		}
+	}()
+	eventually(t, victim+"'s shards failed over", 2*time.Minute, func() (bool, string) {
+		led, _, state := leaders()
+		return led[victim] == 0, state
 	})
-	killed := time.Now()
+	if err := tn.lc.Runner.Thaw(tn.ns, victim); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	back := time.Now()
 	eventually(t, victim+" leads again, every shard led by its preferred replica", 3*time.Minute,
 		balanced(func(led map[string]int) bool { return led[victim] > 0 }))
 	_, _, state = leaders()
-	t.Logf("%s (led %d) killed and back; balanced again %s after it registered: %s", victim, most,
-		time.Since(killed).Round(time.Second), state)
-	eventually(t, "Switchover events", time.Minute, func() (bool, string) {
+	t.Logf("%s (led %d) frozen past its expiry, its shards failed over; balanced again %s after it thawed: %s", victim, most,
+		time.Since(back).Round(time.Second), state)
+	eventually(t, "Switchover events for the thawed broker's shards", time.Minute, func() (bool, string) {
 		n, err := tn.events("Switchover")
-		return err == nil && n > 0, fmt.Sprintf("%d, %v", n, err)
+		return err == nil && n > before, fmt.Sprintf("%d (before the freeze %d), %v", n, before, err)
 	})
 }
 

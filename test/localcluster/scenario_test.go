@@ -45,7 +45,8 @@ import (
 //     acknowledged record read back;
 //   - leader balance: on a 5-broker cluster a 10-shard stream's shards are
 //     led by their preferred replicas after the start and again after the
-//     busiest broker's kill -9, at most ceil(10/5)+1 per broker;
+//     busiest broker froze past its expiry and thawed, at most
+//     ceil(10/5)+1 per broker;
 //   - the nemesis with the history check (3 minutes; -nemesis.duration or
 //     FELIX_NEMESIS_DURATION runs longer).
 //
