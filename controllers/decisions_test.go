@@ -184,8 +184,13 @@ func TestSpread_StreamsStartAtDifferentBrokers(t *testing.T) {
 			t.Fatalf("first replicas of %d streams per broker %v; want every broker near %d", streams, firsts, streams/len(slots))
 		}
 	}
-	if streamOffset("events", 5) != streamOffset("events", 5) || streamOffset("x", 0) != 0 {
-		t.Fatal("streamOffset is not deterministic or not bounded")
+	for n := 1; n <= 7; n++ {
+		if o := streamOffset("events", n); o < 0 || int(o) >= n {
+			t.Fatalf("streamOffset(events, %d) = %d, outside [0, %d)", n, o, n)
+		}
+	}
+	if streamOffset("x", 0) != 0 {
+		t.Fatal("streamOffset with no brokers is not 0")
 	}
 }
 
