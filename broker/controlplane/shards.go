@@ -174,19 +174,19 @@ func (w *ShardWatcher) Assignments(ctx context.Context) ([]Assignment, error) {
 // ClusterShards lists the FelixShards of the broker's cluster from the
 // watch's cache, whether or not this broker holds a replica of them: of
 // the named streams only when any are named. Ordered by stream, then
-// index. The objects are copies the caller may keep.
+// index. The objects are copies the caller may keep: the cache's List
+// already deep-copies what it returns, so they are filtered in place.
 func (w *ShardWatcher) ClusterShards(ctx context.Context, streams []string) ([]felixv1.FelixShard, error) {
 	var list felixv1.FelixShardList
 	if err := w.cache.List(ctx, &list, client.InNamespace(w.c.cfg.Namespace)); err != nil {
 		return nil, err
 	}
-	out := make([]felixv1.FelixShard, 0, len(list.Items))
-	for i := range list.Items {
-		s := &list.Items[i]
+	out := list.Items[:0]
+	for _, s := range list.Items {
 		if len(streams) > 0 && !slices.Contains(streams, s.Spec.Stream) {
 			continue
 		}
-		out = append(out, *s.DeepCopy())
+		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Spec.Stream != out[j].Spec.Stream {
