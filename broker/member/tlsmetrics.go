@@ -77,7 +77,13 @@ func NewTLSMetrics(reg prometheus.Registerer, src *pki.Source) (*TLSMetrics, err
 	failures := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "felix_broker_tls_reload_failures_total",
 		Help: "Changed certificate files the broker refused to load (kept serving the previous material)."},
-		func() float64 { return float64(src.Failures()) })
+		func() float64 {
+			// Look at the files first: a scrape collects the expiry gauge
+			// (which looks) concurrently, so without this a change shows
+			// in one metric and not in the other of the same scrape.
+			_, _, _ = src.Current()
+			return float64(src.Failures())
+		})
 	for _, c := range []prometheus.Collector{m.peerHandshake, expiry, failures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
