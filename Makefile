@@ -52,6 +52,10 @@ k8s-down: ## Stop the real node: its pods, components, iptables rules and mounts
 k8s-check: ## On a running real node: run the Felix image as a pod behind a ClusterIP Service and reach it by DNS name from another pod.
 	hack/k8s/check.sh
 
+.PHONY: k8s-e2e
+k8s-e2e: ## The end-to-end suite on the real node (test/k8s): helm install, restricted pods, DNS clients, evictions; starts the node if needed.
+	hack/k8s/e2e.sh
+
 ##@ Development
 
 .PHONY: generate

@@ -38,6 +38,22 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// appVersion reads the chart's appVersion from Chart.yaml.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "charts", "felix", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	t.Fatal("Chart.yaml has no appVersion")
+	return ""
+}
+
 func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	env := testenv.Start(t)
 	helm := helmBinary(t)
@@ -72,6 +88,10 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	}
 	if strings.Contains(rendered, "--watch-namespaces") {
 		t.Error("the default chart restricts the operator to namespaces")
+	}
+	// The image tag defaults to the chart's appVersion.
+	if want := `image: "felix:` + appVersion(t) + `"`; !strings.Contains(rendered, want) {
+		t.Errorf("helm template output lacks %s (the image tag defaults to appVersion)", want)
 	}
 	out := dryRun("cluster", rendered)
 	for _, want := range []string{
