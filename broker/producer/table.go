@@ -191,6 +191,23 @@ func (t *Table) Done(id ID, seq, first, tail uint64) {
 	}
 }
 
+// Abort forgets batch seq of id, accepted by Propose, that was certainly
+// not written (refused before it was proposed): the producer may send it
+// again as its next batch.
+func (t *Table) Abort(id ID, seq uint64) {
+	e := t.entries[id]
+	if e == nil || e.next != seq+1 {
+		return
+	}
+	for i := len(e.batches) - 1; i >= 0; i-- {
+		if e.batches[i].seq == seq && !e.batches[i].done {
+			e.batches = append(e.batches[:i], e.batches[i+1:]...)
+			e.next = seq
+			return
+		}
+	}
+}
+
 // Failed records that batch seq of id, accepted by Propose, ended without
 // a known outcome (it may or may not be in the log). Every later batch of
 // id is Uncertain until the table is rebuilt from the log.

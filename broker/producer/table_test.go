@@ -70,6 +70,12 @@ func TestTableDecisions(t *testing.T) {
 			{op: "propose", id: pA, seq: 1, want: Decision{Verdict: Uncertain}},
 			{op: "propose", id: pB, seq: 0, want: Decision{Verdict: Append}},
 		}},
+		{"an aborted batch may be sent again", []step{
+			{op: "propose", id: pA, seq: 0, want: Decision{Verdict: Append}},
+			{op: "abort", id: pA, seq: 0},
+			{op: "propose", id: pA, seq: 1, want: Decision{Verdict: OutOfSequence, Next: 0}},
+			{op: "propose", id: pA, seq: 0, want: Decision{Verdict: Append}},
+		}},
 		{"full of young producers refuses a new one", []step{
 			{op: "propose", id: pA, seq: 0, now: 0, want: Decision{Verdict: Append}},
 			{op: "propose", id: pB, seq: 0, now: 1, want: Decision{Verdict: Append}},
@@ -113,6 +119,8 @@ func TestTableDecisions(t *testing.T) {
 					}
 				case "done":
 					tb.Done(s.id, s.seq, s.first, s.tail)
+				case "abort":
+					tb.Abort(s.id, s.seq)
 				case "failed":
 					tb.Failed(s.id, s.seq)
 				case "observe":
