@@ -81,12 +81,20 @@ const (
 	Full
 )
 
-var verdictNames = map[Verdict]string{Append: "append", Duplicate: "duplicate", InFlight: "in-flight",
-	OutOfSequence: "out-of-sequence", Uncertain: "uncertain", Full: "full"}
-
 func (v Verdict) String() string {
-	if s, ok := verdictNames[v]; ok {
-		return s
+	switch v {
+	case Append:
+		return "append"
+	case Duplicate:
+		return "duplicate"
+	case InFlight:
+		return "in-flight"
+	case OutOfSequence:
+		return "out-of-sequence"
+	case Uncertain:
+		return "uncertain"
+	case Full:
+		return "full"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
@@ -279,8 +287,11 @@ func (t *Table) makeRoom(now int64, force bool) bool {
 // first record. Clients may not send it; readers are not shown it.
 const HeaderKey = "felix.producer"
 
-// headerSize is the value's size: id, sequence u64, count u32.
-const headerSize = 16 + 8 + 4
+// HeaderValueSize is the size of a HeaderKey value: id, sequence u64,
+// count u32.
+const HeaderValueSize = 16 + 8 + 4
+
+const headerSize = HeaderValueSize
 
 // ErrBadHeader is returned for a HeaderKey value that does not decode.
 var ErrBadHeader = errors.New("producer: malformed producer header")

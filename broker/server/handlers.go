@@ -189,7 +189,7 @@ func storeBytes(recs []record.Record) int {
 
 // producerHeaderBytes is what the producer header adds to the first record
 // of an idempotent append.
-var producerHeaderBytes = recordBytes(record.Record{Headers: []record.Header{producer.Header(producer.ID{1}, 0, 1)}})
+const producerHeaderBytes = len(producer.HeaderKey) + producer.HeaderValueSize
 
 // checkAppend applies the connection limits to an append before it is
 // queued; nothing of a refused batch is written.
