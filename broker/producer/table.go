@@ -200,17 +200,21 @@ func (t *Table) Done(id ID, seq, first, tail uint64) {
 }
 
 // Abort forgets batch seq of id, accepted by Propose, that was certainly
-// not written (refused before it was proposed): the producer may send it
-// again as its next batch.
+// not written (refused before it was proposed or by the tail check). If
+// it is the producer's last batch the producer may send it again as its
+// next; otherwise (batches after it were accepted) a retry of it is
+// OutOfSequence.
 func (t *Table) Abort(id ID, seq uint64) {
 	e := t.entries[id]
-	if e == nil || e.next != seq+1 {
+	if e == nil {
 		return
 	}
 	for i := len(e.batches) - 1; i >= 0; i-- {
 		if e.batches[i].seq == seq && !e.batches[i].done {
 			e.batches = append(e.batches[:i], e.batches[i+1:]...)
-			e.next = seq
+			if e.next == seq+1 {
+				e.next = seq
+			}
 			return
 		}
 	}

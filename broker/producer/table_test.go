@@ -76,6 +76,14 @@ func TestTableDecisions(t *testing.T) {
 			{op: "propose", id: pA, seq: 1, want: Decision{Verdict: OutOfSequence, Next: 0}},
 			{op: "propose", id: pA, seq: 0, want: Decision{Verdict: Append}},
 		}},
+		{"an aborted batch followed by another is out of sequence", []step{
+			{op: "propose", id: pA, seq: 0, want: Decision{Verdict: Append}},
+			{op: "propose", id: pA, seq: 1, want: Decision{Verdict: Append}},
+			{op: "abort", id: pA, seq: 0},
+			{op: "done", id: pA, seq: 1, first: 0, tail: 1},
+			{op: "propose", id: pA, seq: 0, want: Decision{Verdict: OutOfSequence, Next: 2}},
+			{op: "propose", id: pA, seq: 1, want: Decision{Verdict: Duplicate, First: 0, Tail: 1}},
+		}},
 		{"full of young producers refuses a new one", []step{
 			{op: "propose", id: pA, seq: 0, now: 0, want: Decision{Verdict: Append}},
 			{op: "propose", id: pB, seq: 0, now: 1, want: Decision{Verdict: Append}},
