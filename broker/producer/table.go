@@ -2,6 +2,7 @@ package producer
 
 import (
 	"container/list"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,6 +20,25 @@ func (id ID) IsZero() bool { return id == ID{} }
 
 // String is the ID in hex.
 func (id ID) String() string { return fmt.Sprintf("%x", id[:]) }
+
+// Scoped returns the ID the broker keys and stores the producer id of a
+// client under: the first 16 bytes of SHA-256 of owner (the connection's
+// principal), a zero byte and id. A client that learns another
+// principal's producer id cannot use it to make that producer's batches
+// look like retries: under its own principal the same id is another
+// producer.
+func Scoped(owner string, id ID) ID {
+	h := sha256.New()
+	h.Write([]byte(owner))
+	h.Write([]byte{0})
+	h.Write(id[:])
+	var out ID
+	copy(out[:], h.Sum(nil))
+	if out.IsZero() {
+		out[0] = 1
+	}
+	return out
+}
 
 // Defaults of Limits.
 const (

@@ -221,3 +221,15 @@ func FuzzParseHeader(f *testing.F) {
 		}
 	})
 }
+
+func TestScopedSeparatesPrincipals(t *testing.T) {
+	if Scoped("user/alice", pA) != Scoped("user/alice", pA) {
+		t.Fatal("Scoped is not stable")
+	}
+	if Scoped("user/alice", pA) == Scoped("user/mallory", pA) {
+		t.Fatal("two principals share a producer")
+	}
+	if Scoped("user/alice", pA) == Scoped("user/alice", pB) {
+		t.Fatal("two ids of one principal share a producer")
+	}
+}

@@ -96,7 +96,10 @@ func (c *conn) applyIdempotent(shard record.ShardID, p *pending) {
 		return
 	}
 	req := p.app
-	id, seq := producer.ID(req.Producer.ID), req.Producer.Seq
+	// Keyed by principal and id, so that no principal can pose as another's
+	// producer [TR-8].
+	id, seq := producer.Scoped(c.principal.String(), producer.ID(req.Producer.ID)), req.Producer.Seq
+	shown := producer.ID(req.Producer.ID)
 	c.submitted <- struct{}{}
 	st := c.s.idemShard(shard)
 	st.mu.Lock()
@@ -123,16 +126,16 @@ func (c *conn) applyIdempotent(shard record.ShardID, p *pending) {
 	if d.Verdict != producer.Append {
 		st.mu.Unlock()
 		<-c.submitted
-		c.log.V(1).Info("idempotent append not written", "shard", shard.String(), "producer", id.String(), "seq", seq, "verdict", d.Verdict.String())
+		c.log.V(1).Info("idempotent append not written", "shard", shard.String(), "producer", shown.String(), "seq", seq, "verdict", d.Verdict.String())
 		switch d.Verdict {
 		case producer.Duplicate:
 			c.ok(wire.MsgAppendOK, p.reqID, "append", p.start, p.held, wire.EncodeAppendOK(wire.AppendOK{First: d.First, Tail: d.Tail}))
 		case producer.OutOfSequence:
 			fail(&wire.Error{Code: wire.CodeOutOfSequence, Next: d.Next,
-				Message: fmt.Sprintf("%s: producer %s sent sequence %d, expected %d", shard, id, seq, d.Next)})
+				Message: fmt.Sprintf("%s: producer %s sent sequence %d, expected %d", shard, shown, seq, d.Next)})
 		case producer.InFlight, producer.Uncertain:
 			fail(&wire.Error{Code: wire.CodeUnavailable,
-				Message: fmt.Sprintf("%s: producer %s sequence %d: outcome of an earlier attempt not known yet (%s); retry", shard, id, seq, d.Verdict)})
+				Message: fmt.Sprintf("%s: producer %s sequence %d: outcome of an earlier attempt not known yet (%s); retry", shard, shown, seq, d.Verdict)})
 		default: // Full
 			fail(&wire.Error{Code: wire.CodeUnavailable,
 				Message: fmt.Sprintf("%s: the leader keeps state for as many producers as it may (all wrote lately); retry later", shard)})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/producer"
 	"felix.dev/felix/broker/wire"
@@ -110,5 +111,43 @@ func TestTR8_ProducerOnlyWithTheFeature(t *testing.T) {
 	r.send(wire.MsgAppend, 3, body)
 	if e := decodeErr(t, r.recv(), wire.FeatureMetadata); e.Code != wire.CodeBadRequest {
 		t.Fatalf("producer fields without the feature: %v, want BadRequest", e)
+	}
+}
+
+// [TR-8] A producer id is its principal's: another principal sending the
+// same id and sequence is another producer, written as new, never
+// answered with the first principal's offsets.
+func TestTR8_ProducerIDsArePerPrincipal(t *testing.T) {
+	alice := auth.Principal{Kind: auth.User, Name: "alice"}
+	mallory := auth.Principal{Kind: auth.User, Name: "mallory"}
+	b := startBroker(t, Options{Authenticate: as(alice)})
+	ctx := ctxT(t)
+	p := wire.Producer{ID: [16]byte{0xa1}}
+	ca := dial(t, b.addr, client.Options{})
+	okA, err := ca.AppendIdempotent(ctx, shardA, recs("alice"), nil, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := New(StoreShards(b.store), Options{Authenticate: as(mallory)})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv2.Serve(l) }()
+	t.Cleanup(srv2.Close)
+	cm := dial(t, l.Addr().String(), client.Options{})
+	okM, err := cm.AppendIdempotent(ctx, shardA, recs("mallory"), nil, p)
+	if err != nil || okM == okA {
+		t.Fatalf("mallory's batch under alice's producer id: %+v %v; alice's was %+v", okM, err, okA)
+	}
+	if got, err := ca.AppendIdempotent(ctx, shardA, recs("alice"), nil, p); err != nil || got != okA {
+		t.Fatalf("alice's retry: %+v %v, want %+v", got, err, okA)
+	}
+	res, err := ca.Read(ctx, wire.ReadRequest{Shard: shardA, From: wire.FromEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Records) != 2 || string(res.Records[0].Payload) != "alice" || string(res.Records[1].Payload) != "mallory" {
+		t.Fatalf("log holds %+v, want alice then mallory", res.Records)
 	}
 }
