@@ -57,8 +57,8 @@ type Options struct {
 	TLS *tls.Config
 	// Features are the bits the client offers. Zero offers
 	// wire.FeatureTrimTag, wire.FeatureLogPolicy, wire.FeatureStorageErrors,
-	// wire.FeatureAuth and wire.FeatureMetadata (a client has no storage
-	// id); use NoFeatures to offer none.
+	// wire.FeatureAuth, wire.FeatureMetadata and wire.FeatureIdempotent (a
+	// client has no storage id); use NoFeatures to offer none.
 	Features wire.Features
 	// NoFeatures offers no feature bit at all: the version-1 frames.
 	NoFeatures bool
@@ -135,7 +135,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) {
 	feats := opts.Features
 	if feats == 0 && !opts.NoFeatures {
-		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata
+		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent
 	}
 	if opts.NoFeatures {
 		feats = 0
@@ -442,6 +442,31 @@ func (c *Client) Append(ctx context.Context, shard record.ShardID, recs []record
 		return wire.AppendOK{}, err
 	}
 	ok, err := w.appendOutcome(ctx) // no PendingAppend: the caller waits here
+	return ok, authError(err, auth.OpAppend, shard)
+}
+
+// ErrNoIdempotence is returned by AppendIdempotent when the connection did
+// not negotiate wire.FeatureIdempotent (an older broker): nothing was sent.
+var ErrNoIdempotence = errors.New("client: the broker does not take idempotent appends")
+
+// AppendIdempotent is Append carrying producer p: the leader writes the
+// batch only if p.Seq is the producer's next sequence on shard, and
+// answers a retry of a batch it wrote (same producer and sequence, on any
+// connection, after a leader change too) with the original offsets and
+// writes nothing. A sequence the leader cannot place fails with a
+// *wire.Error with Code OutOfSequence (matching wire.ErrOutOfSequence)
+// naming the sequence it expects. Resending the same batch with the same
+// p after ErrUnknownOutcome or Unavailable is safe; sending another batch
+// under a sequence already used is not (it would be answered as the first).
+func (c *Client) AppendIdempotent(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64, p wire.Producer) (wire.AppendOK, error) {
+	if !c.hello.Features.Has(wire.FeatureIdempotent) {
+		return wire.AppendOK{}, ErrNoIdempotence
+	}
+	w, err := c.send(ctx, appendFrame(wire.AppendRequest{Shard: shard, ExpectTail: expectTail, Records: recs, Producer: &p}))
+	if err != nil {
+		return wire.AppendOK{}, err
+	}
+	ok, err := w.appendOutcome(ctx)
 	return ok, authError(err, auth.OpAppend, shard)
 }
 

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -51,6 +53,16 @@ type ClusterOptions struct {
 	After func(time.Duration) <-chan time.Time
 	// Logger receives routing events (V(1)); zero discards them.
 	Logger logr.Logger
+	// Idempotent makes Append idempotent: each shard's appends carry a
+	// producer id and the next sequence number on that shard, one append
+	// per shard at a time, and an append whose outcome is unknown
+	// (unanswered, Unavailable, Fenced) is sent again, within Attempts
+	// and the context, since the leader answers a retry of a batch it
+	// wrote with the original offsets and writes nothing
+	// (docs/clients.md). Needs brokers that accept wire.FeatureIdempotent.
+	Idempotent bool
+	// Rand is where producer ids come from; nil means crypto/rand.
+	Rand io.Reader
 }
 
 // Cluster is a client of a whole Felix cluster: it learns the cluster's
@@ -71,6 +83,10 @@ type ClusterOptions struct {
 // (OffsetMismatch, CursorTooOld, NotAuthorized, ...) is returned as the
 // single-connection Client returns it.
 //
+// With ClusterOptions.Idempotent, appends carry a producer id and per-shard
+// sequence numbers, and one whose outcome is unknown is sent again (the
+// leader de-duplicates it); see Append.
+//
 // A broker that knows no cluster (standalone) lists no shards; requests
 // then go to the broker the Cluster reached, which serves them. Safe for
 // concurrent use.
@@ -86,6 +102,18 @@ type Cluster struct {
 	conns   map[string]*Client
 	anyNext int // rotates the broker tried when no leader is known
 	closed  bool
+
+	// producers holds, in idempotent mode, each shard's producer id and
+	// next sequence (shardProducer.mu serializes the shard's appends).
+	producers map[record.ShardID]*shardProducer
+}
+
+// shardProducer is an idempotent Cluster's producer on one shard.
+type shardProducer struct {
+	mu   sync.Mutex
+	id   [16]byte
+	next uint64
+	ok   bool // id was drawn
 }
 
 // NewCluster returns a Cluster that learns the cluster from the first of
@@ -104,8 +132,12 @@ func NewCluster(ctx context.Context, opts ClusterOptions, bootstrap ...string) (
 	if opts.After == nil {
 		opts.After = time.After
 	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Reader
+	}
 	c := &Cluster{o: opts, bootstrap: slices.Clone(bootstrap), log: opts.Logger,
-		shards: map[record.ShardID]wire.ShardInfo{}, hints: map[record.ShardID]string{}, conns: map[string]*Client{}}
+		shards: map[record.ShardID]wire.ShardInfo{}, hints: map[record.ShardID]string{}, conns: map[string]*Client{},
+		producers: map[record.ShardID]*shardProducer{}}
 	if c.log.GetSink() == nil {
 		c.log = logr.Discard()
 	}
@@ -138,9 +170,14 @@ func (c *Cluster) Metadata(ctx context.Context, streams ...string) (wire.Metadat
 
 // Append is Client.Append sent to the shard's leader. An append whose
 // outcome is unknown is not retried; its error matches ErrUnknownOutcome.
+// In idempotent mode (ClusterOptions.Idempotent) it is Client.AppendIdempotent
+// instead, and an unknown outcome is retried (see appendIdempotent).
 func (c *Cluster) Append(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error) {
+	if c.o.Idempotent {
+		return c.appendIdempotent(ctx, shard, recs, expectTail)
+	}
 	var out wire.AppendOK
-	err := c.do(ctx, shard, true, func(cl *Client) (err error) {
+	err := c.do(ctx, shard, opWrite, func(cl *Client) (err error) {
 		out, err = cl.Append(ctx, shard, recs, expectTail)
 		return err
 	})
@@ -150,7 +187,7 @@ func (c *Cluster) Append(ctx context.Context, shard record.ShardID, recs []recor
 // Read is Client.Read sent to the shard's leader.
 func (c *Cluster) Read(ctx context.Context, req wire.ReadRequest) (wire.ReadOK, error) {
 	var out wire.ReadOK
-	err := c.do(ctx, req.Shard, false, func(cl *Client) (err error) {
+	err := c.do(ctx, req.Shard, opRead, func(cl *Client) (err error) {
 		out, err = cl.Read(ctx, req)
 		return err
 	})
@@ -161,7 +198,7 @@ func (c *Cluster) Read(ctx context.Context, req wire.ReadRequest) (wire.ReadOK, 
 // unknown is not retried; its error matches ErrUnknownOutcome.
 func (c *Cluster) Trim(ctx context.Context, req wire.TrimRequest) (wire.TrimOK, error) {
 	var out wire.TrimOK
-	err := c.do(ctx, req.Shard, true, func(cl *Client) (err error) {
+	err := c.do(ctx, req.Shard, opWrite, func(cl *Client) (err error) {
 		out, err = cl.Trim(ctx, req)
 		return err
 	})
@@ -171,11 +208,108 @@ func (c *Cluster) Trim(ctx context.Context, req wire.TrimRequest) (wire.TrimOK, 
 // Describe is Client.Describe sent to the shard's leader.
 func (c *Cluster) Describe(ctx context.Context, shard record.ShardID) (wire.DescribeOK, error) {
 	var out wire.DescribeOK
-	err := c.do(ctx, shard, false, func(cl *Client) (err error) {
+	err := c.do(ctx, shard, opRead, func(cl *Client) (err error) {
 		out, err = cl.Describe(ctx, shard)
 		return err
 	})
 	return out, err
+}
+
+// op is the kind of request do retries.
+type op uint8
+
+const (
+	opRead      op = iota // reads, describes: retried after any transient failure
+	opWrite               // appends, trims: never resent when they may have landed
+	opIdemWrite           // idempotent appends: resent when they may have landed
+)
+
+// appendIdempotent sends recs as the next batch of the shard's producer
+// and tries again, within Attempts and ctx, whatever the reason the
+// outcome is unknown: the leader answers a batch it already wrote with
+// its original offsets. The shard's appends go one at a time, so the
+// sequence numbers reach the leader in order. After an answer, the next
+// append takes the next sequence; after a refusal that wrote nothing
+// (OffsetMismatch, RecordTooLarge, ...) the sequence is used again. When
+// the leader does not know the producer (OutOfSequence, its state was
+// evicted) and nothing of this batch can have landed, the shard gets a
+// new producer id and the batch is sent under it. When the attempts run
+// out with the outcome still unknown, the error matches ErrUnknownOutcome
+// and the shard's next append starts a new producer (the old sequence
+// may or may not be used).
+func (c *Cluster) appendIdempotent(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error) {
+	sp := c.producer(shard)
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for renewed := false; ; renewed = true {
+		if !sp.ok {
+			if _, err := io.ReadFull(c.o.Rand, sp.id[:]); err != nil {
+				return wire.AppendOK{}, fmt.Errorf("client: drawing a producer id: %w", err)
+			}
+			if sp.id == ([16]byte{}) {
+				sp.id[0] = 1
+			}
+			sp.ok, sp.next = true, 0
+		}
+		p := wire.Producer{ID: sp.id, Seq: sp.next}
+		var (
+			out          wire.AppendOK
+			maybeWritten bool
+		)
+		err := c.do(ctx, shard, opIdemWrite, func(cl *Client) error {
+			var err error
+			out, err = cl.AppendIdempotent(ctx, shard, recs, expectTail, p)
+			if err != nil && mayHaveLanded(err) {
+				maybeWritten = true
+			}
+			return err
+		})
+		switch {
+		case err == nil:
+			sp.next++
+			return out, nil
+		case maybeWritten:
+			sp.ok = false // the sequence may or may not be used: start a new producer
+			c.log.V(1).Info("idempotent append outcome unknown; new producer", "shard", shard.String(), "seq", p.Seq)
+			if errors.Is(err, ErrUnknownOutcome) {
+				return out, err
+			}
+			return out, &UnknownOutcomeError{Err: err}
+		case errors.Is(err, wire.ErrOutOfSequence) && !renewed:
+			// The leader lost this producer (evicted, or written before the
+			// part of the log it rebuilt from) and nothing of this batch
+			// was written: send it as the first batch of a new producer.
+			c.log.V(1).Info("producer unknown to the leader; new producer", "shard", shard.String(), "error", err.Error())
+			sp.ok = false
+			continue
+		}
+		if errors.Is(err, wire.ErrOutOfSequence) {
+			sp.ok = false
+		}
+		return out, err
+	}
+}
+
+// mayHaveLanded reports whether a failed idempotent append may have been
+// written: sent and not answered, or answered Unavailable or Fenced.
+func mayHaveLanded(err error) bool {
+	if errors.Is(err, ErrUnknownOutcome) {
+		return true
+	}
+	var we *wire.Error
+	return errors.As(err, &we) && (we.Code == wire.CodeUnavailable || we.Code == wire.CodeFenced)
+}
+
+// producer returns the shard's producer of an idempotent Cluster.
+func (c *Cluster) producer(shard record.ShardID) *shardProducer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sp := c.producers[shard]
+	if sp == nil {
+		sp = &shardProducer{}
+		c.producers[shard] = sp
+	}
+	return sp
 }
 
 // next says what to do after a failed try.
@@ -188,9 +322,10 @@ const (
 )
 
 // do runs call against shard's leader until it succeeds, fails for good,
-// or runs out of attempts. write marks appends and trims, whose unknown
-// outcomes are never retried.
-func (c *Cluster) do(ctx context.Context, shard record.ShardID, write bool, call func(*Client) error) error {
+// or runs out of attempts. o says what may be retried: the unknown
+// outcomes of appends and trims (opWrite) never are, those of idempotent
+// appends (opIdemWrite) are.
+func (c *Cluster) do(ctx context.Context, shard record.ShardID, o op, call func(*Client) error) error {
 	waits := 0
 	for attempt := 1; ; attempt++ {
 		addr := c.route(shard)
@@ -204,7 +339,7 @@ func (c *Cluster) do(ctx context.Context, shard record.ShardID, write bool, call
 		if ctx.Err() != nil {
 			return err
 		}
-		what, err := c.classify(shard, addr, cl, dialFailed, write, err)
+		what, err := c.classify(shard, addr, cl, dialFailed, o, err)
 		if what == stop {
 			return err
 		}
@@ -228,7 +363,16 @@ func (c *Cluster) do(ctx context.Context, shard record.ShardID, write bool, call
 
 // classify decides what follows a failed try of a request for shard sent
 // to addr over cl (nil when the dial failed), and the error to return.
-func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFailed, write bool, err error) (next, error) {
+func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFailed bool, o op, err error) (next, error) {
+	write := o == opWrite
+	if o == opIdemWrite && errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		// Sent and not answered: the leader de-duplicates the resend.
+		if errors.Is(err, ErrClosed) {
+			c.drop(addr, cl)
+		}
+		c.setHint(shard, "")
+		return retryLater, err
+	}
 	if errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrUnauthenticated) {
 		return stop, err
 	}
@@ -262,6 +406,11 @@ func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFa
 			}
 			return retryLater, err
 		case wire.CodeFenced:
+			if o == opIdemWrite {
+				// Proposed by a deposed leader: the new one de-duplicates.
+				c.setHint(shard, "")
+				return retryLater, err
+			}
 			if write {
 				// Refused after it was proposed: it may or may not survive.
 				return stop, &UnknownOutcomeError{Err: err}

@@ -18,6 +18,7 @@ import (
 // frame to send for each request (ok false: close the connection without
 // answering). It counts the requests of each type over all connections.
 type scripted struct {
+	feats  wire.Features // accepted in the HelloOK; zero means allFeatures
 	addr   string
 	mu     sync.Mutex
 	counts map[wire.MsgType]int
@@ -28,12 +29,18 @@ const allFeatures = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureSt
 
 func startScripted(t *testing.T, answer func(f wire.Frame, n int) (wire.MsgType, []byte, bool)) *scripted {
 	t.Helper()
+	return startScriptedWith(t, allFeatures, answer)
+}
+
+// startScriptedWith is startScripted accepting feats.
+func startScriptedWith(t *testing.T, feats wire.Features, answer func(f wire.Frame, n int) (wire.MsgType, []byte, bool)) *scripted {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	s := &scripted{addr: l.Addr().String(), counts: map[wire.MsgType]int{}, answer: answer}
+	s := &scripted{feats: feats, addr: l.Addr().String(), counts: map[wire.MsgType]int{}, answer: answer}
 	go func() {
 		for {
 			nc, err := l.Accept()
@@ -53,7 +60,7 @@ func (s *scripted) serve(nc net.Conn) {
 	if _, err := wire.ReadFrame(br, 1<<20); err != nil {
 		return
 	}
-	body, _ := wire.EncodeHelloOK(wire.HelloOK{Version: 1, Features: allFeatures, MaxFrameSize: 1 << 20, MaxBatchRecords: 100})
+	body, _ := wire.EncodeHelloOK(wire.HelloOK{Version: 1, Features: s.feats, MaxFrameSize: 1 << 20, MaxBatchRecords: 100})
 	if wire.WriteFrame(nc, wire.Frame{Type: wire.MsgHelloOK, Body: body}) != nil {
 		return
 	}
@@ -261,5 +268,133 @@ func TestClusterClosed(t *testing.T) {
 	}
 	if n := b.count(wire.MsgDescribe); n != 0 {
 		t.Fatalf("broker saw %d describes", n)
+	}
+}
+
+// TestClusterIdempotentRetries: in idempotent mode the Cluster resends,
+// under the same producer and sequence, an append whose outcome is
+// unknown; after an answer the next append takes the next sequence, after
+// a refusal that wrote nothing the same one, and after giving up or an
+// OutOfSequence for an unsent batch a new producer.
+func TestClusterIdempotentRetries(t *testing.T) {
+	recs := []record.Record{{Payload: []byte("x")}}
+	appendOK := wire.EncodeAppendOK(wire.AppendOK{First: 0, Tail: 1})
+	unavailable := errBody(&wire.Error{Code: wire.CodeUnavailable, Message: "in flight"})
+	fenced := errBody(&wire.Error{Code: wire.CodeFenced, Message: "fenced", Epoch: 2})
+	mismatch := errBody(&wire.Error{Code: wire.CodeOffsetMismatch, Message: "m", Expected: 1, Tail: 2})
+	outOfSeq, _ := wire.EncodeError(&wire.Error{Code: wire.CodeOutOfSequence, Message: "unknown producer", Next: 0}, allFeatures|wire.FeatureIdempotent)
+	type sent struct {
+		id  byte // first byte of the producer id
+		seq uint64
+	}
+	for _, tc := range []struct {
+		name string
+		// answer scripts the n-th Append of the first call; the second
+		// call's Append is always answered OK.
+		answer  func(n int) (wire.MsgType, []byte, bool)
+		wantErr func(error) bool
+		// want: the (id, seq) of every Append the broker saw, ids as the
+		// index of the producer drawn (0 first), the second call's last.
+		want []sent
+	}{
+		{name: "unanswered, then answered: same sequence, then the next",
+			answer: func(n int) (wire.MsgType, []byte, bool) {
+				if n == 1 {
+					return 0, nil, false
+				}
+				return wire.MsgAppendOK, appendOK, true
+			}, want: []sent{{0, 0}, {0, 0}, {0, 1}}},
+		{name: "Unavailable and Fenced are resent",
+			answer: func(n int) (wire.MsgType, []byte, bool) {
+				switch n {
+				case 1:
+					return wire.MsgError, unavailable, true
+				case 2:
+					return wire.MsgError, fenced, true
+				}
+				return wire.MsgAppendOK, appendOK, true
+			}, want: []sent{{0, 0}, {0, 0}, {0, 0}, {0, 1}}},
+		{name: "gives up unknown after its attempts, next append is a new producer",
+			answer:  func(n int) (wire.MsgType, []byte, bool) { return wire.MsgError, unavailable, true },
+			wantErr: func(err error) bool { return errors.Is(err, client.ErrUnknownOutcome) },
+			want:    []sent{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {1, 0}}},
+		{name: "refusal that wrote nothing keeps the sequence",
+			answer:  func(n int) (wire.MsgType, []byte, bool) { return wire.MsgError, mismatch, true },
+			wantErr: func(err error) bool { return errors.Is(err, record.ErrOffsetMismatch) },
+			want:    []sent{{0, 0}, {0, 0}}},
+		{name: "unknown producer for an unsent batch: sent as a new producer",
+			answer: func(n int) (wire.MsgType, []byte, bool) {
+				if n == 1 {
+					return wire.MsgError, outOfSeq, true
+				}
+				return wire.MsgAppendOK, appendOK, true
+			}, want: []sent{{0, 0}, {1, 0}, {1, 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				b     *scripted
+				mu    sync.Mutex
+				seen  []sent
+				ids   [][16]byte
+				first = true
+			)
+			b = startScriptedWith(t, allFeatures|wire.FeatureIdempotent, func(f wire.Frame, n int) (wire.MsgType, []byte, bool) {
+				if f.Type == wire.MsgMetadata {
+					return wire.MsgMetadataOK, metaLeading(b.addr), true
+				}
+				req, err := wire.DecodeAppendFor(f.Body, wire.FeatureIdempotent)
+				if err != nil || req.Producer == nil {
+					t.Errorf("append without a producer: %+v %v", req, err)
+					return 0, nil, false
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				idx := -1
+				for i, id := range ids {
+					if id == req.Producer.ID {
+						idx = i
+					}
+				}
+				if idx < 0 {
+					idx = len(ids)
+					ids = append(ids, req.Producer.ID)
+				}
+				seen = append(seen, sent{byte(idx), req.Producer.Seq})
+				if first {
+					return tc.answer(n)
+				}
+				return wire.MsgAppendOK, appendOK, true
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := client.NewCluster(ctx, client.ClusterOptions{Attempts: 4, After: noWait, Idempotent: true}, b.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Append(ctx, shard, recs, nil)
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Fatalf("err = %v, want success", err)
+			case tc.wantErr != nil && !tc.wantErr(err):
+				t.Fatalf("err = %v, not the error wanted", err)
+			}
+			mu.Lock()
+			first = false
+			mu.Unlock()
+			if _, err := c.Append(ctx, shard, recs, nil); err != nil {
+				t.Fatalf("second append: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != len(tc.want) {
+				t.Fatalf("broker saw %v, want %v", seen, tc.want)
+			}
+			for i := range seen {
+				if seen[i] != tc.want[i] {
+					t.Fatalf("broker saw %v, want %v", seen, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -175,6 +175,18 @@ func (s *shard) readable() error {
 	return nil
 }
 
+// Generation implements server.Generational: the epoch this replica leads
+// with its fence committed and applied [TR-4], or Unavailable before
+// then. A new leader's log holds, below its fence, every batch a previous
+// leader acknowledged, so the producer table the server rebuilds from it
+// answers their retries with their original offsets.
+func (d *dataLog) Generation() (uint64, error) {
+	if err := d.s.readable(); err != nil {
+		return 0, err
+	}
+	return d.s.serving.Load(), nil
+}
+
 // Read serves data records; for Quorum and All streams only committed
 // ones. A new leader refuses reads until its fence is committed [TR-4].
 func (d *dataLog) Read(from uint64, opts logstore.ReadOptions) (logstore.ReadResult, error) {

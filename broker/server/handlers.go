@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"felix.dev/felix/broker/producer"
 	"fmt"
+	"slices"
 	"time"
 
 	"felix.dev/felix/broker/auth"
@@ -64,7 +66,7 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 	c.unanswered.Add(1)
 	switch f.Type {
 	case wire.MsgAppend:
-		req, err := wire.DecodeAppend(f.Body)
+		req, err := wire.DecodeAppendFor(f.Body, c.feats)
 		if err == nil {
 			err = c.authorize(auth.OpAppend, req.Shard.Stream)
 		}
@@ -185,6 +187,10 @@ func storeBytes(recs []record.Record) int {
 	return n
 }
 
+// producerHeaderBytes is what the producer header adds to the first record
+// of an idempotent append.
+const producerHeaderBytes = len(producer.HeaderKey) + producer.HeaderValueSize
+
 // checkAppend applies the connection limits to an append before it is
 // queued; nothing of a refused batch is written.
 func (c *conn) checkAppend(req wire.AppendRequest) error {
@@ -197,7 +203,15 @@ func (c *conn) checkAppend(req wire.AppendRequest) error {
 			Message: fmt.Sprintf("%d records in one append, limit %d", len(req.Records), o.MaxBatchRecords)}
 	}
 	for i, r := range req.Records {
-		if n := recordBytes(r); n > o.MaxRecordBytes {
+		if _, ok := producer.Find(r.Headers); ok {
+			return &wire.Error{Code: wire.CodeBadRequest,
+				Message: fmt.Sprintf("record %d carries the header %q, which is reserved for the broker", i, producer.HeaderKey)}
+		}
+		n := recordBytes(r)
+		if i == 0 && req.Producer != nil {
+			n += producerHeaderBytes
+		}
+		if n > o.MaxRecordBytes {
 			return &wire.Error{Code: wire.CodeRecordTooLarge, Limit: uint64(o.MaxRecordBytes),
 				Message: fmt.Sprintf("record %d is %d bytes, limit %d", i, n, o.MaxRecordBytes)}
 		}
@@ -294,7 +308,7 @@ func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, h
 		c.fail(reqID, "read", start, held, err)
 		return
 	}
-	body, err := wire.EncodeReadOK(wire.ReadOK{Next: res.Next, Records: res.Records})
+	body, err := wire.EncodeReadOK(wire.ReadOK{Next: res.Next, Records: stripProducer(res.Records)})
 	if err != nil {
 		c.fail(reqID, "read", start, held, err)
 		return
@@ -319,4 +333,24 @@ func readCommitted(l Log, from uint64, opts logstore.ReadOptions) (logstore.Read
 	}
 	opts.UpTo = info.Committed
 	return l.Read(from, opts)
+}
+
+// stripProducer hides the broker's producer header from readers. Records
+// that carry it are copied, never changed in place (they may be shared
+// with a cache).
+func stripProducer(recs []record.Record) []record.Record {
+	var out []record.Record
+	for i, r := range recs {
+		if _, ok := producer.Find(r.Headers); !ok {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(recs)
+		}
+		out[i].Headers = producer.Strip(r.Headers)
+	}
+	if out == nil {
+		return recs
+	}
+	return out
 }

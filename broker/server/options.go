@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"felix.dev/felix/broker/producer"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -211,6 +212,17 @@ type Options struct {
 	// configuration's VerifyConnection, a wrong protocol, a timeout), so
 	// the caller can count refusals the Hello never sees.
 	OnTLSHandshakeError func(err error)
+
+	// Idempotence bounds each shard's table of idempotent producers
+	// (broker/producer): producers kept, batches remembered per producer,
+	// and the minimum age before a producer may be evicted. Zero fields
+	// take producer's defaults.
+	Idempotence producer.Limits
+	// IdempotenceScanRecords bounds how many records back from its tail
+	// a shard's log is read to rebuild that table when this broker starts
+	// serving the shard (a new leader); zero means
+	// DefaultIdempotenceScanRecords.
+	IdempotenceScanRecords int
 }
 
 func (o Options) withDefaults() Options {
@@ -219,6 +231,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Features == 0 {
 		o.Features = wire.KnownFeatures
+	}
+	if o.IdempotenceScanRecords <= 0 {
+		o.IdempotenceScanRecords = DefaultIdempotenceScanRecords
 	}
 	if o.Authorizer == nil {
 		o.Authorizer = auth.AllowAll{}

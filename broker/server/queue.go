@@ -18,7 +18,9 @@ type pending struct {
 	trim  *wire.TrimRequest
 }
 
-func (p *pending) mergeable() bool { return p.app != nil && p.app.ExpectTail == nil }
+func (p *pending) mergeable() bool {
+	return p.app != nil && p.app.ExpectTail == nil && p.app.Producer == nil
+}
 
 // shardQueue holds one connection's appends and trims to one shard in
 // arrival order; one goroutine applies them while the queue is non-empty.
@@ -87,6 +89,8 @@ func (c *conn) runQueue(q *shardQueue) {
 	for run := c.next(q); run != nil; run = c.next(q) {
 		if run[0].trim != nil {
 			c.applyTrim(q.shard, run[0])
+		} else if run[0].app.Producer != nil {
+			c.applyIdempotent(q.shard, run[0])
 		} else {
 			c.applyAppends(q.shard, run)
 		}

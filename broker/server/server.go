@@ -45,6 +45,8 @@ type Server struct {
 	serving   atomic.Int32 // listeners in Serve
 	wg        sync.WaitGroup
 	checkOnce sync.Once // starts expiryLoop at the first Serve
+
+	idem idemShards // idempotent producers' tables, per shard
 }
 
 // New returns a server that answers requests from shards.

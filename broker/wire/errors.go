@@ -47,6 +47,11 @@ const (
 	// CodeUnauthenticated: the connection presented no acceptable
 	// identity; sent in answer to the Hello, then the connection closes.
 	CodeUnauthenticated Code = 13
+	// CodeOutOfSequence: an idempotent append's sequence is neither the
+	// next one of its producer on the shard nor a batch the leader
+	// remembers; Next is the sequence the leader expects (0 for a
+	// producer it does not know). Nothing was written.
+	CodeOutOfSequence Code = 14
 )
 
 // CodeInfo describes one error code.
@@ -87,6 +92,8 @@ var codeTable = []CodeInfo{
 		"The connection's principal may not perform this operation on this stream, or the frame may not be sent on this port (replication frames on the client port, client requests on the peer port). Nothing was done. Not retryable until the grants change."},
 	{CodeUnauthenticated, "Unauthenticated", nil,
 		"The connection presented no acceptable identity (no client certificate where one is required, or one that does not verify). Sent with request id 0 in answer to the Hello; the connection is closed and nothing else is processed."},
+	{CodeOutOfSequence, "OutOfSequence", []string{"next u64"},
+		"An idempotent append's sequence is neither its producer's next one on the shard nor a batch the leader remembers (a gap, a batch older than the leader's window, or a producer the leader does not know sending a sequence above 0); next is the sequence expected, 0 for an unknown producer. Nothing was written. Only sent to connections that accepted idempotent."},
 }
 
 // Codes returns the table of error codes, in numeric order.
@@ -134,6 +141,8 @@ type Error struct {
 	Limit uint64
 	// Corrupt: the first damaged offset known.
 	Offset uint64
+	// OutOfSequence: the sequence the leader expects next.
+	Next uint64
 }
 
 func (e *Error) Error() string {
@@ -159,6 +168,8 @@ func (e *Error) Is(target error) bool {
 		return target == record.ErrStorageFull
 	case CodeCorrupt:
 		return target == record.ErrCorrupt
+	case CodeOutOfSequence:
+		return target == ErrOutOfSequence
 	}
 	return false
 }
@@ -174,6 +185,9 @@ func (e *Error) RecordError() error {
 	}
 	return e
 }
+
+// ErrOutOfSequence is matched (errors.Is) by an OutOfSequence *Error.
+var ErrOutOfSequence = errors.New("wire: out of sequence")
 
 // ErrorFrom maps an error from storage or the server to the Error sent on
 // the wire. Unrecognised errors become Unavailable, with their text.
@@ -258,6 +272,8 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Limit)
 	case CodeCorrupt:
 		en.u64(e.Offset)
+	case CodeOutOfSequence:
+		en.u64(e.Next)
 	}
 	return en.b, nil
 }
@@ -275,6 +291,8 @@ func EncodeErrorFor(e *Error, feats Features) ([]byte, error) {
 // Without FeatureAuth, NotAuthorized and Unauthenticated become BadRequest
 // the same way: a refusal on grounds of identity does not heal by retrying
 // (an older client does not retry a BadRequest), and the prefix says why.
+// Without FeatureIdempotent, OutOfSequence becomes BadRequest the same way
+// (such a connection cannot send a sequence, so this is a safeguard).
 func ErrorFor(e *Error, feats Features) *Error {
 	var (
 		prefix string
@@ -289,6 +307,8 @@ func ErrorFor(e *Error, feats Features) *Error {
 		prefix, code = "not authorized: ", CodeBadRequest
 	case e.Code == CodeUnauthenticated && !feats.Has(FeatureAuth):
 		prefix, code = "unauthenticated: ", CodeBadRequest
+	case e.Code == CodeOutOfSequence && !feats.Has(FeatureIdempotent):
+		prefix, code = "out of sequence: ", CodeBadRequest
 	default:
 		return e
 	}
@@ -339,6 +359,8 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 		e.Limit = d.U64("limit")
 	case CodeCorrupt:
 		e.Offset = d.U64("offset")
+	case CodeOutOfSequence:
+		e.Next = d.U64("next")
 	default:
 		if _, known := e.Code.Info(); !known && d.Err == nil {
 			return e, nil

@@ -41,10 +41,18 @@ const (
 	// gets BadRequest for a Metadata request and a ShardUnknown without
 	// fields.
 	FeatureMetadata Features = 1 << 5
+	// FeatureIdempotent: an Append may carry a producer id and sequence
+	// number (flag bit 1), and the broker may answer with the error code
+	// OutOfSequence (14). The leader de-duplicates a retried batch and
+	// answers it with its original offsets, across leader changes, since
+	// the producer and sequence are stored in the replicated log
+	// (broker/producer). A connection without it cannot send the fields
+	// (flag bit 1 is BadRequest) and never gets the code.
+	FeatureIdempotent Features = 1 << 6
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -73,6 +81,8 @@ func (f Features) String() string {
 			parts = append(parts, "auth")
 		case FeatureMetadata:
 			parts = append(parts, "metadata")
+		case FeatureIdempotent:
+			parts = append(parts, "idempotent")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

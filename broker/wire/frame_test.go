@@ -139,7 +139,7 @@ func TestNegotiateRefusesOldVersion(t *testing.T) {
 func TestErrorCodeTableIsStable(t *testing.T) {
 	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
 		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion",
-		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated"}
+		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated", 14: "OutOfSequence"}
 	seen := map[string]bool{}
 	for _, ci := range Codes() {
 		if want[ci.Code] != ci.Name {
@@ -270,6 +270,9 @@ func TestErrorForDowngradesNewerCodes(t *testing.T) {
 		{&Error{Code: CodeNotAuthorized, Message: "no grant"}, FeatureAuth, CodeNotAuthorized, "no grant"},
 		{&Error{Code: CodeUnauthenticated, Message: "no certificate"}, KnownFeatures, CodeUnauthenticated, "no certificate"},
 		{&Error{Code: CodeStorageFull, Message: "below floor"}, FeatureAuth, CodeUnavailable, "storage full: below floor"},
+		// OutOfSequence follows FeatureIdempotent.
+		{&Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3}, FeatureAuth | FeatureStorageErrors, CodeBadRequest, "out of sequence: expected 3"},
+		{&Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3}, FeatureIdempotent, CodeOutOfSequence, "expected 3"},
 	} {
 		got := ErrorFor(tc.in, tc.feats)
 		if got.Code != tc.wantCode || got.Message != tc.wantMsg {
@@ -281,5 +284,39 @@ func TestErrorForDowngradesNewerCodes(t *testing.T) {
 	}
 	if s := FeatureAuth.String(); s != "auth" {
 		t.Fatalf("feature name %q", s)
+	}
+	if s := FeatureIdempotent.String(); s != "idempotent" {
+		t.Fatalf("feature name %q", s)
+	}
+}
+
+// TestIdempotentAppendOnlyWhenNegotiated: the producer fields of an
+// Append are malformed on a connection without FeatureIdempotent, and an
+// OutOfSequence error carries its next sequence and matches
+// ErrOutOfSequence.
+func TestIdempotentAppendOnlyWhenNegotiated(t *testing.T) {
+	req := AppendRequest{Shard: ShardRef{Stream: "s"}, Producer: &Producer{ID: [16]byte{1}, Seq: 9},
+		Records: []record.Record{{Kind: record.KindData, Payload: []byte("p")}}}
+	b, err := EncodeAppend(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeAppendFor(b, KnownFeatures&^FeatureIdempotent); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("decode without the feature: %v, want ErrMalformed", err)
+	}
+	got, err := DecodeAppendFor(b, FeatureIdempotent)
+	if err != nil || got.Producer == nil || *got.Producer != *req.Producer {
+		t.Fatalf("decode with the feature: %+v %v", got.Producer, err)
+	}
+	if _, err := EncodeAppend(AppendRequest{Shard: req.Shard, Producer: &Producer{}, Records: req.Records}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("encode of a zero producer id: %v, want ErrMalformed", err)
+	}
+	eb, err := EncodeErrorFor(&Error{Code: CodeOutOfSequence, Message: "m", Next: 4}, FeatureIdempotent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := DecodeError(eb, FeatureIdempotent)
+	if err != nil || e.Next != 4 || !errors.Is(e, ErrOutOfSequence) {
+		t.Fatalf("DecodeError = %+v %v", e, err)
 	}
 }

@@ -46,6 +46,8 @@ func goldenCases() []goldenCase {
 		{Kind: record.KindData, Payload: []byte("hello")},
 		{Kind: record.KindData, Headers: []record.Header{{Key: "epoch", Value: []byte("7")}}, Payload: []byte("world")},
 	}}
+	appIdem := AppendRequest{Shard: shard, Producer: &Producer{ID: [16]byte(sampleID), Seq: 5}, Records: []record.Record{{Kind: record.KindData, Payload: []byte("x")}}}
+	appIdemCond := AppendRequest{Shard: shard, ExpectTail: u64p(42), Producer: &Producer{ID: [16]byte(sampleID), Seq: 0}, Records: []record.Record{{Kind: record.KindData, Payload: []byte("x")}}}
 	appCond := AppendRequest{Shard: shard, ExpectTail: u64p(42), Records: []record.Record{{Kind: record.KindData, Payload: []byte("x")}}}
 	rd := ReadRequest{Shard: shard, From: FromOffset, Offset: 10, MaxRecords: 100, MaxBytes: 1 << 20}
 	rdFollow := ReadRequest{Shard: shard, From: FromLatest, MaxRecords: 100, MaxBytes: 1 << 20, WaitMillis: 5000}
@@ -151,6 +153,19 @@ func goldenCases() []goldenCase {
 			&Error{Code: CodeShardUnknown, Message: "orders/3"}),
 		errCase("error_corrupt_downgraded", 0, ErrorFor(&Error{Code: CodeCorrupt, Message: "crc", Offset: 999}, 0),
 			&Error{Code: CodeUnavailable, Message: "corrupt (not retryable on this broker): crc"}),
+		// An idempotent append: producer id sampleID, sequence 5, one record.
+		{name: "append_idempotent", feats: FeatureIdempotent, frame: func() (Frame, error) { b, err := EncodeAppend(appIdem); return msg(MsgAppend, 10, b, err) },
+			decode: func(b []byte, f Features) (any, error) { return DecodeAppendFor(b, f) }, value: appIdem},
+		// Conditional and idempotent: expectTail comes before the producer.
+		{name: "append_idempotent_expect_tail", feats: FeatureIdempotent, frame: func() (Frame, error) {
+			b, err := EncodeAppend(appIdemCond)
+			return msg(MsgAppend, 11, b, err)
+		}, decode: func(b []byte, f Features) (any, error) { return DecodeAppendFor(b, f) }, value: appIdemCond},
+		errCase("error_out_of_sequence", FeatureIdempotent, &Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3},
+			&Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3}),
+		// What a connection without FeatureIdempotent is sent instead.
+		errCase("error_out_of_sequence_downgraded", 0, ErrorFor(&Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3}, 0),
+			&Error{Code: CodeBadRequest, Message: "out of sequence: expected 3"}),
 	}
 }
 

@@ -21,7 +21,26 @@ type AppendRequest struct {
 	Shard      ShardRef
 	ExpectTail *uint64
 	Records    []record.Record
+	// Producer, when set, makes the append idempotent: the leader writes
+	// the batch only if Seq is the producer's next sequence on the shard
+	// and answers a retry of a batch it wrote with the original offsets
+	// (FeatureIdempotent; flag bit 1 on the wire).
+	Producer *Producer
 }
+
+// Producer names an idempotent append: the producer's 16-byte id (not
+// all zero) and the batch's sequence number on the shard, counting from 0
+// by one per append.
+type Producer struct {
+	ID  [16]byte
+	Seq uint64
+}
+
+// Append flag bits.
+const (
+	appendConditional uint8 = 1 << 0
+	appendProducer    uint8 = 1 << 1
+)
 
 // AppendOK answers an append: the batch occupies [First, Tail).
 type AppendOK struct {
@@ -167,13 +186,25 @@ func appendAppendBody(dst []byte, r AppendRequest) ([]byte, error) {
 	if cap(dst)-len(dst) < size {
 		dst = append(make([]byte, 0, len(dst)+size), dst...)
 	}
+	if r.Producer != nil && r.Producer.ID == ([16]byte{}) {
+		return nil, fmt.Errorf("%w: zero producer id", ErrMalformed)
+	}
 	e := enc{b: dst}
 	e.shard(r.Shard)
+	var flags uint8
 	if r.ExpectTail != nil {
-		e.u8(1)
+		flags |= appendConditional
+	}
+	if r.Producer != nil {
+		flags |= appendProducer
+	}
+	e.u8(flags)
+	if r.ExpectTail != nil {
 		e.u64(*r.ExpectTail)
-	} else {
-		e.u8(0)
+	}
+	if r.Producer != nil {
+		e.b = append(e.b, r.Producer.ID[:]...)
+		e.u64(r.Producer.Seq)
 	}
 	e.u32(uint32(len(r.Records)))
 	for _, rec := range r.Records {
@@ -183,18 +214,37 @@ func appendAppendBody(dst []byte, r AppendRequest) ([]byte, error) {
 	return e.b, nil
 }
 
-// DecodeAppend decodes an Append body. Records carry Kind data and their
-// Headers and Payload.
-func DecodeAppend(b []byte) (AppendRequest, error) {
+// DecodeAppend decodes an Append body of a connection without features:
+// DecodeAppendFor(b, 0).
+func DecodeAppend(b []byte) (AppendRequest, error) { return DecodeAppendFor(b, 0) }
+
+// DecodeAppendFor decodes an Append body under the connection's features.
+// Records carry Kind data and their Headers and Payload. Flag bit 1 (a
+// producer id and sequence follow) is malformed unless FeatureIdempotent
+// was negotiated, and so is a zero producer id.
+func DecodeAppendFor(b []byte, feats Features) (AppendRequest, error) {
 	d := newDec(b)
 	r := AppendRequest{Shard: d.shard()}
-	switch d.U8("flags") {
-	case 0:
-	case 1:
+	flags := d.U8("flags")
+	allowed := appendConditional
+	if feats.Has(FeatureIdempotent) {
+		allowed |= appendProducer
+	}
+	if d.Err == nil && flags&^allowed != 0 {
+		d.Fail("append flags %#x: only %#x allowed on this connection", flags, allowed)
+	}
+	if flags&appendConditional != 0 {
 		t := d.U64("expect tail")
 		r.ExpectTail = &t
-	default:
-		d.Fail("append flags must be 0 or 1")
+	}
+	if flags&appendProducer != 0 && d.Err == nil {
+		var p Producer
+		copy(p.ID[:], d.Take(len(p.ID), "producer id"))
+		p.Seq = d.U64("sequence")
+		if d.Err == nil && p.ID == ([16]byte{}) {
+			d.Fail("zero producer id")
+		}
+		r.Producer = &p
 	}
 	n := int(d.U32("record count"))
 	if d.Err == nil && n*minRecordSize > d.Remaining() {
