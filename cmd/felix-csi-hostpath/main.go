@@ -34,7 +34,7 @@ import (
 
 type options struct {
 	mode, name, endpoint, stateDir, nodeID, kubeletDir, registryDir string
-	verbosity                                                       int
+	verbosity, socketGroup                                          int
 }
 
 func main() {
@@ -46,6 +46,7 @@ func main() {
 	flag.StringVar(&o.nodeID, "node-id", os.Getenv("NODE_NAME"), "node name (default $NODE_NAME)")
 	flag.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "the kubelet's root directory; in node mode, mount targets must be below it")
 	flag.StringVar(&o.registryDir, "registry-dir", "", "the kubelet's plugin registration directory (default <kubelet-dir>/plugins_registry)")
+	flag.IntVar(&o.socketGroup, "socket-group", -1, "group id given the CSI socket (mode 0660), for sidecars that run as another user; -1 leaves the driver's group")
 	flag.IntVar(&o.verbosity, "v", 0, "log verbosity (1 logs every call)")
 	flag.Parse()
 
@@ -115,9 +116,19 @@ func run(ctx context.Context, log logr.Logger, o options) error {
 			_ = os.Remove(s.path)
 		}
 	}()
+	// Sockets are 0660: the kubelet and the sidecars (root, or of the
+	// --socket-group) may connect, nobody else on the node.
 	listen := func(path string, register func(grpc.ServiceRegistrar)) error {
 		lis, err := csihostpath.ListenUnix(path)
 		if err != nil {
+			return err
+		}
+		if err := os.Chown(path, -1, o.socketGroup); err != nil {
+			_ = lis.Close()
+			return err
+		}
+		if err := os.Chmod(path, 0o660); err != nil {
+			_ = lis.Close()
 			return err
 		}
 		srv := grpc.NewServer(grpc.UnaryInterceptor(csihostpath.LoggingInterceptor(log.WithName("grpc"))))
