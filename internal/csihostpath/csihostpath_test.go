@@ -658,6 +658,21 @@ func TestNodePublish(t *testing.T) {
 	_, err := h.node.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{
 		VolumeId: nameID(volumePrefix, "nope"), TargetPath: rw})
 	wantCode(t, "NodeUnpublishVolume(missing volume)", err, codes.NotFound)
+
+	// A volume deleted while published: unpublishing still cleans up.
+	if err := publish(rw, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ctrl.DeleteVolume(t.Context(), &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unpublish(rw); err != nil {
+		t.Errorf("NodeUnpublishVolume of a deleted volume's mount: %v", err)
+	}
+	if mounted, _, err := (SystemMounter{}).MountPoint(rw); mounted || err != nil {
+		t.Errorf("%s still mounted (%v)", rw, err)
+	}
+	wantCode(t, "NodeUnpublishVolume(deleted volume, again)", unpublish(rw), codes.NotFound)
 	wantCode(t, "NodePublishVolume(missing volume)", func() error {
 		_, err := h.node.NodePublishVolume(t.Context(), &csi.NodePublishVolumeRequest{
 			VolumeId: nameID(volumePrefix, "nope"), TargetPath: rw, VolumeCapability: rwo()})

@@ -171,7 +171,9 @@ const maxStackedMounts = 16
 
 // NodeUnpublishVolume unmounts the target path and removes it; a target
 // that is not mounted or does not exist is no error. NOT_FOUND if the
-// volume does not exist.
+// volume does not exist and there is nothing at the target; a target left
+// behind by a volume deleted since is still cleaned up (the kubelet would
+// retry it forever otherwise).
 func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if id == "" {
@@ -180,11 +182,16 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	if err := d.checkTarget(target); err != nil {
 		return nil, err
 	}
-	if _, err := d.store.getVolume(id); err != nil {
-		return nil, grpcError(err)
-	}
 	d.nodeMu.Lock()
 	defer d.nodeMu.Unlock()
+	if _, err := d.store.getVolume(id); err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			return nil, grpcError(err)
+		}
+		if _, serr := os.Lstat(target); errors.Is(serr, fs.ErrNotExist) {
+			return nil, grpcError(err)
+		}
+	}
 	// A target may carry stacked mounts (a publish repeated after a crash
 	// between mount and reply, by an older plugin); unmount them all.
 	for i := 0; ; i++ {
