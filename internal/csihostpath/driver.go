@@ -161,9 +161,7 @@ func grpcError(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, ErrInvalidID):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound): // ErrInvalidID too
 		return status.Error(codes.NotFound, err.Error())
 	default:
 		return status.Error(codes.Internal, err.Error())

@@ -22,7 +22,10 @@ var (
 	// ErrNotFound: no volume or snapshot has that id.
 	ErrNotFound = errors.New("not found")
 	// ErrInvalidID: an id that this driver never hands out (wrong prefix,
-	// length or characters: nothing that could name a path).
+	// length or characters): no path is built from it. Such an id names no
+	// object, so errors wrapping ErrInvalidID also wrap ErrNotFound, and
+	// the services answer it as the CSI spec asks for an unknown id
+	// (NOT_FOUND, or success for a delete).
 	ErrInvalidID = errors.New("invalid id")
 )
 
@@ -57,7 +60,7 @@ func checkID(prefix, id string) error {
 		if len(id) > 80 {
 			id = id[:80] + "..."
 		}
-		return fmt.Errorf("%w: %q", ErrInvalidID, id)
+		return fmt.Errorf("%w (%w): %q", ErrInvalidID, ErrNotFound, id)
 	}
 	return nil
 }
@@ -223,12 +226,12 @@ func (s *store) build(prefix, id string, meta any, fill func(data string) error)
 	return syncDir(parent)
 }
 
-// remove deletes object id of kind prefix; a missing object is not an
-// error. The directory is first renamed to a temporary name so that a
+// remove deletes object id of kind prefix; a missing object, malformed
+// ids included, is not an error. The directory is first renamed to a temporary name so that a
 // crash half way leaves no half object behind under the id.
 func (s *store) remove(prefix, id string) error {
-	if err := checkID(prefix, id); err != nil {
-		return err
+	if checkID(prefix, id) != nil {
+		return nil
 	}
 	dir := s.dir(prefix, id)
 	trash := filepath.Join(s.kindDir(prefix), tmpPrefix+id+"-deleted-"+randHex())
