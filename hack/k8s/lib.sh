@@ -17,6 +17,7 @@ COREDNS_IMAGE="felix.local/coredns:${COREDNS_VERSION}"
 CSI_PROVISIONER_VERSION="${CSI_PROVISIONER_VERSION:-v6.4.0}"   # github.com/kubernetes-csi/external-provisioner/v6
 CSI_SNAPSHOTTER_VERSION="${CSI_SNAPSHOTTER_VERSION:-v8.7.0}"   # github.com/kubernetes-csi/external-snapshotter/v8 (and client/v8: CRDs)
 CSI_HOSTPATH_VERSION="${CSI_HOSTPATH_VERSION:-1}"
+CSI_TEST_VERSION="${CSI_TEST_VERSION:-v5.6.0}"                 # github.com/kubernetes-csi/csi-test/v5 (csi-sanity, hack/k8s/csi-sanity.sh)
 CSI_PROVISIONER_IMAGE="felix.local/csi-provisioner:${CSI_PROVISIONER_VERSION}"
 CSI_SNAPSHOTTER_IMAGE="felix.local/csi-snapshotter:${CSI_SNAPSHOTTER_VERSION}"
 SNAPSHOT_CONTROLLER_IMAGE="felix.local/snapshot-controller:${CSI_SNAPSHOTTER_VERSION}"
