@@ -10,6 +10,9 @@
 #   crictl     the CRI client (used by down.sh to stop pods cleanly)
 #   pause      our pause binary (hack/k8s/pause) and image
 #   coredns    the cluster DNS server and its image
+#   csi        not in the default list (docs/csi-hostpath.md): our CSI driver
+#              (cmd/felix-csi-hostpath), csi-provisioner, csi-snapshotter,
+#              snapshot-controller, their images, and the VolumeSnapshot CRDs
 #
 # Images are FROM scratch, one static binary each (docker build), saved as
 # archives in bin/k8s-node/images/ that up.sh imports into containerd.
@@ -176,9 +179,77 @@ step_pause() {
   image_archive "${PAUSE_IMAGE}" "${PAUSE}" '["/pause"]' 65535:65535
 }
 
+# build_module_cmds DEST MODULE VERSION CMD...: builds ./cmd/CMD of
+# MODULE@VERSION from a writable copy of its module cache directory, with
+# the module's own go.mod and go.sum (the versions upstream tested). The
+# kubernetes-csi modules cannot be "go install"ed: their go.mod has replace
+# directives. A relative replace (external-snapshotter's ./client, a nested
+# module left out of the zip) is pointed at the published module of the
+# same version. Upstream's Makefiles stamp main.version; so do we.
+build_module_cmds() {
+  local dest="$1" module="$2" version="$3"; shift 3
+  local src work
+  src="$(go mod download -json "${module}@${version}" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  [[ -d "${src}" ]] || die "cannot download ${module}@${version}"
+  work="$(mktemp -d)"
+  (
+    trap 'chmod -R u+w "${work}"; rm -rf "${work}"' EXIT
+    cp -R "${src}/." "${work}/"
+    chmod -R u+w "${work}"
+    cd "${work}"
+    local path c
+    for path in $(awk '$1 == "replace" && $4 ~ /^\.\.?\// {print $2}' go.mod); do
+      go mod edit -replace "${path}=${path}@${version}"
+    done
+    local cmds=()
+    for c in "$@"; do cmds+=("./cmd/${c}"); done
+    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w -X main.version=${version}" -o "${dest}/" "${cmds[@]}"
+    for c in "$@"; do mv "${dest}/${c}" "${dest}/${c}-${version}"; done
+  )
+}
+build_csi_provisioner() {
+  log "building csi-provisioner ${CSI_PROVISIONER_VERSION}"
+  build_module_cmds "$1" github.com/kubernetes-csi/external-provisioner/v6 "${CSI_PROVISIONER_VERSION}" csi-provisioner
+}
+build_csi_snapshotter() {
+  log "building csi-snapshotter and snapshot-controller ${CSI_SNAPSHOTTER_VERSION}"
+  build_module_cmds "$1" github.com/kubernetes-csi/external-snapshotter/v8 "${CSI_SNAPSHOTTER_VERSION}" csi-snapshotter snapshot-controller
+}
+# build_snapshot_crds DEST: the CRDs of client/v8 at the snapshotter's
+# version, from the module cache (go mod download), as one multi-document
+# YAML file: VolumeSnapshot, VolumeSnapshotContent, VolumeSnapshotClass and
+# their group twins (the snapshot-controller watches those too: the group
+# snapshot feature is GA and cannot be turned off).
+build_snapshot_crds() {
+  local dir f
+  dir="$(go mod download -json "github.com/kubernetes-csi/external-snapshotter/client/v8@${CSI_SNAPSHOTTER_VERSION}" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  [[ -d "${dir}/config/crd" ]] || die "no config/crd in external-snapshotter/client/v8@${CSI_SNAPSHOTTER_VERSION}"
+  for f in "${dir}"/config/crd/*snapshot.storage.k8s.io_*.yaml; do
+    echo "---"
+    cat "${f}"
+  done > "$1/snapshot-crds-${CSI_SNAPSHOTTER_VERSION}.yaml"
+}
+step_csi() {
+  local p="csi-provisioner-${CSI_PROVISIONER_VERSION}" s="csi-snapshotter-${CSI_SNAPSHOTTER_VERSION}" c="snapshot-controller-${CSI_SNAPSHOTTER_VERSION}"
+  cached "${CSI_BIN}" "${NODE_CACHE}/csi" build_snapshot_crds "snapshot-crds-${CSI_SNAPSHOTTER_VERSION}.yaml"
+  cached "${CSI_BIN}" "${NODE_CACHE}/csi" build_csi_snapshotter "${s}" "${c}"
+  cached "${CSI_BIN}" "${NODE_CACHE}/csi" build_csi_provisioner "${p}"
+  # The sidecars only talk to the API server and to the driver's socket.
+  image_archive "${CSI_PROVISIONER_IMAGE}" "${CSI_BIN}/${p}" '["/csi-provisioner"]' 65532:65532
+  image_archive "${CSI_SNAPSHOTTER_IMAGE}" "${CSI_BIN}/${s}" '["/csi-snapshotter"]' 65532:65532
+  image_archive "${SNAPSHOT_CONTROLLER_IMAGE}" "${CSI_BIN}/${c}" '["/snapshot-controller"]' 65532:65532
+  # The driver is built from this tree every time (the Go build cache makes
+  # that quick) and so is its image: it mounts, so it runs as root.
+  log "building felix-csi-hostpath (image tag ${CSI_HOSTPATH_VERSION})"
+  mkdir -p "${CSI_BIN}"
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "${CSI_BIN}/felix-csi-hostpath" ./cmd/felix-csi-hostpath
+  rm -f "${IMAGES}/$(tr '/:' '__' <<<"${CSI_HOSTPATH_IMAGE}").tar"
+  image_archive "${CSI_HOSTPATH_IMAGE}" "${CSI_BIN}/felix-csi-hostpath" '["/felix-csi-hostpath"]' 0:0
+}
+
 steps=("$@")
 (( ${#steps[@]} )) || steps=(debs control node cni crictl pause coredns)
 for s in "${steps[@]}"; do
-  declare -F "step_${s}" >/dev/null || die "unknown step ${s} (debs control node cni crictl pause coredns)"
+  declare -F "step_${s}" >/dev/null || die "unknown step ${s} (debs control node cni crictl pause coredns csi)"
   "step_${s}"
 done

@@ -11,6 +11,17 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"          # github.com/coredns/core
 PAUSE_VERSION="${PAUSE_VERSION:-1}"
 PAUSE_IMAGE="felix.local/pause:${PAUSE_VERSION}"
 COREDNS_IMAGE="felix.local/coredns:${COREDNS_VERSION}"
+# CSI (hack/k8s/build.sh csi, hack/k8s/csi/): the sidecars and the snapshot
+# CRDs come from these upstream modules; the driver is ours
+# (cmd/felix-csi-hostpath); bump its tag when internal/csihostpath changes.
+CSI_PROVISIONER_VERSION="${CSI_PROVISIONER_VERSION:-v6.4.0}"   # github.com/kubernetes-csi/external-provisioner/v6
+CSI_SNAPSHOTTER_VERSION="${CSI_SNAPSHOTTER_VERSION:-v8.7.0}"   # github.com/kubernetes-csi/external-snapshotter/v8 (and client/v8: CRDs)
+CSI_HOSTPATH_VERSION="${CSI_HOSTPATH_VERSION:-1}"
+CSI_TEST_VERSION="${CSI_TEST_VERSION:-v5.6.0}"                 # github.com/kubernetes-csi/csi-test/v5 (csi-sanity, hack/k8s/csi-sanity.sh)
+CSI_PROVISIONER_IMAGE="felix.local/csi-provisioner:${CSI_PROVISIONER_VERSION}"
+CSI_SNAPSHOTTER_IMAGE="felix.local/csi-snapshotter:${CSI_SNAPSHOTTER_VERSION}"
+SNAPSHOT_CONTROLLER_IMAGE="felix.local/snapshot-controller:${CSI_SNAPSHOTTER_VERSION}"
+CSI_HOSTPATH_IMAGE="felix.local/felix-csi-hostpath:${CSI_HOSTPATH_VERSION}"
 
 # Debian bookworm packages (apt-get install by name; the versions below are
 # the ones this was proven with, checked and reported, not forced).
@@ -30,6 +41,7 @@ CNI_BIN="${NODE_BIN}/cni-plugins-${CNI_PLUGINS_VERSION}" # bridge, host-local, l
 CRICTL="${NODE_BIN}/crictl-${CRI_TOOLS_VERSION}"
 COREDNS="${NODE_BIN}/coredns-${COREDNS_VERSION}"
 PAUSE="${NODE_BIN}/pause-${PAUSE_VERSION}"
+CSI_BIN="${NODE_BIN}/csi"                               # sidecars (versioned names), the driver, crds-<version>/
 IMAGES="${NODE_BIN}/images"                             # docker-save archives imported into containerd
 
 # State of a running cluster: all of it under the work tree (gitignored).

@@ -321,6 +321,17 @@ evictionHard:
   imagefs.available: 1Gi
   nodefs.inodesFree: 1%
 EOF
+# The kubelet's directory is a shared mount point, so that the mounts a CSI
+# node plugin makes under it through a Bidirectional volume mount
+# (hack/k8s/csi/node.yaml) reach the host and the pods: / is a private
+# mount on this machine and containerd refuses Bidirectional below a private
+# mount. Done before the kubelet starts (a running kubelet's mounts would be
+# shadowed); k8s-down unmounts it with every other mount under .felix-k8s/.
+mkdir -p "${STATE}/kubelet"
+if ! running kubelet && [[ "$(findmnt -rn -M "${STATE}/kubelet" -o PROPAGATION 2>/dev/null)" != shared ]]; then
+  mount --rbind "${STATE}/kubelet" "${STATE}/kubelet"
+  mount --make-rshared "${STATE}/kubelet"
+fi
 port_free kubelet "${KUBELET_PORT}"
 start kubelet "${KUBE_BIN}/kubelet" --config "${STATE}/config/kubelet.yaml" \
   --kubeconfig "${KC}/kubelet" --root-dir "${STATE}/kubelet" \
