@@ -125,7 +125,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	// the chart's RBAC, not created), pull secrets, verbosity, extra flags.
 	rendered = template("--set", "serviceAccount.create=false,serviceAccount.name=ops-sa,logLevel=1,imagePullSecrets[0].name=regcred",
 		"--set-json", `extraArgs=["--max-clock-skew=2s"]`)
-	for _, want := range []string{"serviceAccountName: ops-sa\n", "imagePullSecrets:\n        - name: regcred\n", "- --v=1\n", `- "--max-clock-skew=2s"`, "  name: ops-sa\n  namespace: felix-system\n"} {
+	for _, want := range []string{"serviceAccountName: ops-sa\n", "imagePullSecrets:\n        - name: regcred\n", "- --v=1\n", `- "--max-clock-skew=2s"`, "  - kind: ServiceAccount\n    name: ops-sa\n    namespace: felix-system\n"} {
 		if !strings.Contains(rendered, want) {
 			t.Errorf("chart with serviceAccount, imagePullSecrets, logLevel and extraArgs set lacks %q", want)
 		}
