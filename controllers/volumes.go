@@ -160,8 +160,14 @@ func (r *FelixClusterReconciler) resizeClaim(ctx context.Context, c *felixv1.Fel
 	orig := pvc.DeepCopy()
 	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
 	if err := r.Client.Patch(ctx, pvc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil {
-		if apierrors.IsConflict(err) {
+		switch {
+		case apierrors.IsConflict(err):
 			return errCacheLag
+		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+			// The resize admission or validation refused it (a class
+			// without expansion, a claim that cannot grow).
+			obs.NotExpandable[broker] = "the API server refused the expansion: " + err.Error()
+			return nil
 		}
 		return fmt.Errorf("expand PVC %s: %w", pvc.Name, err)
 	}
@@ -186,6 +192,12 @@ func (r *FelixClusterReconciler) classExpandable(ctx context.Context, name strin
 	}
 	var sc storagev1.StorageClass
 	switch err := r.reader().Get(ctx, types.NamespacedName{Name: name}, &sc); {
+	case apierrors.IsForbidden(err):
+		// A namespace-scoped operator cannot read StorageClasses: it asks
+		// for the expansion, and the API server's resize admission
+		// refuses it if the class does not allow it (resizeClaim reports
+		// that refusal).
+		return expandable{OK: true}, nil
 	case apierrors.IsNotFound(err):
 		return expandable{Why: fmt.Sprintf("StorageClass %s does not exist", name)}, nil
 	case err != nil:

@@ -115,7 +115,7 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 			t.Errorf("nothing rendered in namespace %s", ns)
 		}
 	}
-	for _, res := range []string{"- nodes", "- clusterrolebindings"} {
+	for _, res := range []string{"- nodes", "- clusterrolebindings", "- storageclasses"} {
 		if strings.Contains(rendered, res) {
 			t.Errorf("a namespace Role names %s, which only a ClusterRole grants", res)
 		}
