@@ -69,7 +69,11 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, errors.Join(r.deleteBrokerAuthBinding(ctx, c.Namespace, c.Name),
 			r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false }))
 	}
-	obs := clusterObservation{Desired: c.Spec.Brokers, Blocked: map[string][]string{}}
+	obs := clusterObservation{
+		Desired: c.Spec.Brokers, Blocked: map[string][]string{}, ClaimWaiting: map[string]claimWait{},
+		Storage: storageObservation{Size: storageSize(&c), NotExpandable: map[string]string{}, Failed: map[string]string{}},
+		classes: map[string]expandable{},
+	}
 	refused, err := r.recordRestoreEpochs(ctx, &c)
 	switch {
 	case apierrors.IsConflict(err):
@@ -114,7 +118,10 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	for i := int32(0); i < c.Spec.Brokers; i++ {
 		bo, err := r.ensureBroker(ctx, &c, i, &obs)
-		if err != nil {
+		switch {
+		case errors.Is(err, errCacheLag):
+			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		case err != nil:
 			return ctrl.Result{}, err
 		}
 		obs.Brokers = append(obs.Brokers, bo)
@@ -138,6 +145,7 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.event(&c, corev1.EventTypeWarning, "RestoreRefused", "Restore", "%s", obs.RestoreRefused)
 		}
 	}
+	r.volumeEvents(&c, obs)
 	if err := r.patchStatus(ctx, &c, obs); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
@@ -146,6 +154,9 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if t := obs.TLS.Requeue; t > 0 && (requeue == 0 || t < requeue) {
 		requeue = t
+	}
+	if len(obs.ClaimWaiting) > 0 && (requeue == 0 || claimRetry < requeue) {
+		requeue = claimRetry
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
@@ -277,6 +288,7 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 	}
 
 	var pvc corev1.PersistentVolumeClaim
+	claimGoing := false
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: PVCName(name)}, &pvc); {
 	case apierrors.IsNotFound(err):
 		p := brokerPVC(c, name)
@@ -301,13 +313,34 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 		obs.Created++
 	case err != nil:
 		return bo, err
+	case pvc.DeletionTimestamp != nil:
+		// The user deleted the claim (disk replacement): no pod is built
+		// on it, or the claim's protection and the pod would wait for
+		// each other for ever. A new claim comes once it is gone.
+		claimGoing = true
+	default:
+		if err := r.resizeClaim(ctx, c, name, &pvc, &obs.Storage, obs.classes); err != nil {
+			return bo, err
+		}
 	}
 
 	var pod corev1.Pod
 	switch err := r.Client.Get(ctx, key, &pod); {
 	case apierrors.IsNotFound(err):
+		if claimGoing {
+			obs.ClaimWaiting[name] = claimWait{}
+			return bo, nil
+		}
 		if !obs.TLS.Ready[name] {
 			obs.TLSWaiting = append(obs.TLSWaiting, name)
+			return bo, nil
+		}
+		// The cache may not have seen a deletion of the claim yet.
+		switch going, err := r.claimTerminating(ctx, c.Namespace, name); {
+		case err != nil:
+			return bo, err
+		case going:
+			obs.ClaimWaiting[name] = claimWait{}
 			return bo, nil
 		}
 		p := brokerPod(c, name)
@@ -328,6 +361,27 @@ func (r *FelixClusterReconciler) ensureBroker(ctx context.Context, c *felixv1.Fe
 		r.event(c, corev1.EventTypeNormal, "BrokerCreated", "Create", "created pod %s", name)
 	case err != nil:
 		return bo, err
+	case claimGoing && pod.DeletionTimestamp == nil && podNotStarted(&pod):
+		// A pod built on the claim before it was deleted (by an older
+		// operator, or the user deleted the claim first): it never
+		// starts, and the claim waits for it. It is deleted; the broker
+		// waits for the claim to go.
+		if err := r.Client.Delete(ctx, &pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return bo, fmt.Errorf("delete pod %s on a terminating claim: %w", name, err)
+		}
+		obs.ClaimWaiting[name] = claimWait{}
+		r.event(c, corev1.EventTypeWarning, StuckPodDeletedReason, "ReplaceVolume",
+			"deleted pod %s: it had not started and its volume claim %s is being deleted; a new claim and pod follow once the claim is gone", name, PVCName(name))
+	case claimGoing:
+		// A running broker keeps its claim until its pod is deleted; the
+		// operator does not stop it (docs/operator.md, replacing a
+		// broker's disk). A pod on its way out loses its restore-point
+		// finalizer as usual.
+		if err := r.settleRestorePoint(ctx, c, &pod); err != nil {
+			return bo, err
+		}
+		obs.ClaimWaiting[name] = claimWait{PodRunning: pod.DeletionTimestamp == nil}
+		bo.PodExists = true
 	default:
 		if err := r.settleRestorePoint(ctx, c, &pod); err != nil {
 			return bo, err
@@ -459,6 +513,7 @@ func (r *FelixClusterReconciler) patchStatus(ctx context.Context, c *felixv1.Fel
 	st := c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
 	st.ReadyBrokers = ready
+	st.Storage = storageStatus(obs.Storage)
 	st.Conditions = setConditions(st.Conditions, c.Generation, now, conds...)
 	if semanticEqual(*st, c.Status) {
 		return nil

@@ -38,6 +38,13 @@ type clusterObservation struct {
 	// whose pod waits for its certificate Secret.
 	TLS        tlsObservation
 	TLSWaiting []string
+	// ClaimWaiting maps a broker whose volume claim is being deleted to
+	// why it waits: no pod is built on a terminating claim.
+	ClaimWaiting map[string]claimWait
+	// Storage is what the brokers' claims show against storage.size.
+	Storage storageObservation
+	// classes caches StorageClass lookups within the reconcile.
+	classes map[string]expandable
 }
 
 // brokerObservation is one broker's registry entry as the cluster sees it.
@@ -80,6 +87,8 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		conds = append(conds, cond(felixv1.ConditionProgressing, false, RestoreRefusedReason, obs.RestoreRefused))
 	case obs.RestoreWaiting != "":
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "WaitingForBackup", fmt.Sprintf("restore waits for FelixBackup %s to exist and complete", obs.RestoreWaiting)))
+	case len(obs.ClaimWaiting) > 0:
+		conds = append(conds, cond(felixv1.ConditionProgressing, true, WaitingForVolumeReason, claimWaitMessage(obs.ClaimWaiting)))
 	case len(obs.TLSWaiting) > 0:
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "WaitingForCertificates", "broker pods wait for their certificate Secrets: "+strings.Join(obs.TLSWaiting, ", ")))
 	case obs.Created > 0 || missing > 0:
@@ -109,6 +118,7 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 	default:
 		conds = append(conds, cond(felixv1.ConditionDegraded, false, "AsExpected", "no broker is down"))
 	}
+	conds = append(conds, storageCondition(obs.Storage))
 	if obs.TLS.Condition.Type != "" {
 		conds = append(conds, obs.TLS.Condition)
 	}

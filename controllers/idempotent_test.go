@@ -53,7 +53,7 @@ func TestCluster_ReconcileWritesNothingWhenNothingChanged(t *testing.T) {
 	var c felixv1.FelixCluster
 	eventually(t, 10*time.Second, "status written", func() (bool, string) {
 		_ = suite.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "idem"}, &c)
-		return c.Status.ObservedGeneration == c.Generation && len(c.Status.Conditions) == 4, "no status"
+		return c.Status.ObservedGeneration == c.Generation && len(c.Status.Conditions) == 5, "no status"
 	})
 	before := rvs()
 	clusterRV := c.ResourceVersion

@@ -46,6 +46,14 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if s.DeletionTimestamp != nil {
+		return r.finalizeStream(ctx, &s)
+	}
+	switch added, err := r.ensureStreamFinalizer(ctx, &s); {
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case added:
 		return ctrl.Result{}, nil
 	}
 	replicas := int(s.Spec.Replicas)
@@ -79,7 +87,21 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				cluster.Name, cluster.Spec.Restore.Backup))
 		waiting = &c
 	default:
-		n, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, cluster.Status.Restore, replicas)
+		deleted, err := deletedStreamEpochs(&cluster)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		first := func(index int32) int64 {
+			var e int64
+			if d := deleted[s.Name]; d > 0 {
+				e = d + 1
+			}
+			if cluster.Status.Restore != nil {
+				e = max(e, cluster.Status.Restore.FirstEpoch(s.Name, index))
+			}
+			return e
+		}
+		n, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, first, replicas)
 		created = n
 		var short *errNotEnoughBrokers
 		switch {
@@ -141,9 +163,11 @@ func (r *FelixStreamReconciler) brokerSlots(ctx context.Context, c *felixv1.Feli
 }
 
 // ensureShards creates the stream's missing shards and returns how many it
-// created. On a restored cluster (restore non-nil) each shard's FirstEpoch
-// is one above the epoch its backup recorded for it and the floor.
-func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), restore *felixv1.RestoreStatus, replicas int) (int, error) {
+// created. firstEpoch gives each shard's FirstEpoch (0: none): on a
+// restored cluster one above the epoch its backup recorded for it and the
+// floor, for a stream recreated under a deleted one's name one above the
+// deleted stream's highest epoch.
+func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), firstEpoch func(int32) int64, replicas int) (int, error) {
 	var slots []brokerSlot
 	listed := false
 	shards := s.Spec.Shards
@@ -179,8 +203,8 @@ func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.Fel
 			}},
 			Spec: felixv1.FelixShardSpec{Stream: s.Name, Index: i, Replicas: set},
 		}
-		if restore != nil {
-			sh.Spec.FirstEpoch = restore.FirstEpoch(s.Name, i)
+		if firstEpoch != nil {
+			sh.Spec.FirstEpoch = firstEpoch(i)
 		}
 		if err := controllerutil.SetControllerReference(s, sh, r.Client.Scheme()); err != nil {
 			return created, err

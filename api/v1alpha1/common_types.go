@@ -15,6 +15,11 @@ const (
 	// ConditionWaiting is True on a shard that has no eligible replica to
 	// promote and waits rather than guess ([CP-3]).
 	ConditionWaiting = "Waiting"
+	// ConditionStorageResized is True on a cluster when every broker's
+	// volume claim asks for spec.storage.size and reports at least that
+	// capacity; False while a claim is being expanded or cannot be (its
+	// reason says why).
+	ConditionStorageResized = "StorageResized"
 )
 
 // FsyncMode says when a broker syncs its log to stable storage.

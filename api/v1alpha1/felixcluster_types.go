@@ -124,8 +124,12 @@ type RestoreSpec struct {
 
 // StorageSpec is the persistent volume of one broker.
 type StorageSpec struct {
-	// Size of each broker's volume.
+	// Size of each broker's volume. It can grow, never shrink: a larger
+	// size expands every broker's claim in place when its StorageClass
+	// allows volume expansion (allowVolumeExpansion: true); otherwise the
+	// claims keep their size and the StorageResized condition says why.
 	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size cannot shrink: a volume claim can only grow; to shrink, create a new cluster from a backup"
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
 
@@ -169,11 +173,36 @@ type FelixClusterStatus struct {
 	// +optional
 	Restore *RestoreStatus `json:"restore,omitempty"`
 
-	// Conditions: Ready, Progressing, Degraded.
+	// Storage is what the brokers' volume claims were asked for and
+	// report.
+	// +optional
+	Storage *StorageStatus `json:"storage,omitempty"`
+
+	// Conditions: Ready, Progressing, Degraded, StorageResized (and
+	// TLSReady).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// StorageStatus reports the brokers' volume claims against
+// spec.storage.size.
+type StorageStatus struct {
+	// Size is spec.storage.size as the operator applies it to the claims.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// Capacity is the smallest capacity the brokers' bound claims report:
+	// every broker has at least this much. Absent while no claim reports
+	// one.
+	// +optional
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+
+	// Resizing names the brokers whose claim is asked for more than it
+	// has yet (the volume or its file system is being expanded).
+	// +optional
+	Resizing []string `json:"resizing,omitempty"`
 }
 
 // RestoreStatus is the epoch record a restored cluster took from its
@@ -215,6 +244,8 @@ func (r *RestoreStatus) FirstEpoch(stream string, index int32) int64 {
 // +kubebuilder:printcolumn:name="Brokers",type=integer,JSONPath=`.spec.brokers`
 // +kubebuilder:printcolumn:name="Ready-Brokers",type=integer,JSONPath=`.status.readyBrokers`
 // +kubebuilder:printcolumn:name="Fsync",type=string,JSONPath=`.spec.durability.fsync`
+// +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.spec.storage.size`,priority=1
+// +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.storage.capacity`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FelixCluster struct {

@@ -104,6 +104,13 @@ type ShardReport struct {
 	// Committed is the leader's acknowledged position.
 	// +optional
 	Committed int64 `json:"committed,omitempty"`
+	// Floor, set once the leader trimmed the shard's data log for its
+	// stream's deletion, is the floor it trimmed to: no record below it
+	// is readable any more. The stream's finalizer is removed once the
+	// leader reports it with Committed = Floor + 1 (the trim itself is the
+	// last record) at the shard's current epoch.
+	// +optional
+	Floor int64 `json:"floor,omitempty"`
 	// TakenAt is when the leader took the report.
 	TakenAt metav1.Time `json:"takenAt"`
 	// ViewAt is when the leader took this view, on the leader's clock:

@@ -309,7 +309,7 @@ func samePlacement(a, b felixv1.ShardReport) bool { return sameReadings(a, b, tr
 // followers' caught-up flags only if caughtUp.
 func sameReadings(a, b felixv1.ShardReport, caughtUp bool) bool {
 	if a.Leader != b.Leader || a.LeaderIncarnation != b.LeaderIncarnation || a.LeaderStorageID != b.LeaderStorageID ||
-		a.Epoch != b.Epoch || len(a.Followers) != len(b.Followers) {
+		a.Epoch != b.Epoch || a.Floor != b.Floor || len(a.Followers) != len(b.Followers) {
 		return false
 	}
 	type line struct {

@@ -43,6 +43,10 @@ type Assignment struct {
 	// the stream yet (read it from the API server). Shards of one stream
 	// share it: read only.
 	StreamSpec *felixv1.FelixStreamSpec
+	// StreamDeleting: the shard's stream is being deleted (its
+	// deletionTimestamp is set; the operator's finalizer keeps it until
+	// the shard's leader has trimmed the shard's log empty).
+	StreamDeleting bool
 }
 
 // ShardWatcher watches the FelixShards of the broker's cluster, and the
@@ -98,7 +102,7 @@ func (w *ShardWatcher) Run(ctx context.Context) error {
 			}
 		},
 		UpdateFunc: func(o, n any) {
-			if w.ours(n) && specChanged(o, n) {
+			if w.ours(n) && (specChanged(o, n) || deletionStarted(o, n)) {
 				w.signal()
 			}
 		},
@@ -120,6 +124,14 @@ func specChanged(o, n any) bool {
 	a, ok1 := o.(*felixv1.FelixStream)
 	b, ok2 := n.(*felixv1.FelixStream)
 	return !ok1 || !ok2 || a.Generation != b.Generation
+}
+
+// deletionStarted reports whether an update set the stream's
+// deletionTimestamp.
+func deletionStarted(o, n any) bool {
+	a, ok1 := o.(*felixv1.FelixStream)
+	b, ok2 := n.(*felixv1.FelixStream)
+	return ok1 && ok2 && (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil)
 }
 
 func (w *ShardWatcher) signal() {
@@ -148,8 +160,12 @@ func (w *ShardWatcher) Assignments(ctx context.Context) ([]Assignment, error) {
 		return nil, err
 	}
 	specs := make(map[string]*felixv1.FelixStreamSpec, len(streams.Items))
+	deleting := map[string]bool{}
 	for i := range streams.Items {
 		specs[streams.Items[i].Name] = &streams.Items[i].Spec
+		if streams.Items[i].DeletionTimestamp != nil {
+			deleting[streams.Items[i].Name] = true
+		}
 	}
 	var out []Assignment
 	for _, s := range list.Items {
@@ -158,6 +174,7 @@ func (w *ShardWatcher) Assignments(ctx context.Context) ([]Assignment, error) {
 		}
 		a := Assignment{Shard: s.Name, Stream: s.Spec.Stream, Index: s.Spec.Index, Replicas: slices.Clone(s.Spec.Replicas), Report: s.Status.Report.DeepCopy()}
 		a.StreamSpec = specs[s.Spec.Stream]
+		a.StreamDeleting = deleting[s.Spec.Stream]
 		if as := s.Status.Assignment; as != nil {
 			a.Leader, a.Epoch, a.LeaderIncarnation = as.Leader, as.Epoch, as.LeaderIncarnation
 			a.Counted = make(map[string]string, len(as.Counted))

@@ -76,6 +76,8 @@ type assignmentSync struct {
 	self      string
 	namespace string
 	log       logr.Logger
+	// floors are the deletion trims made here, shared with the reports.
+	floors *deletionFloors
 
 	mu      sync.Mutex
 	running map[string]record.ShardID // shard name -> id, shards started here
@@ -122,6 +124,9 @@ func (s *assignmentSync) apply(ctx context.Context, w *controlplane.ShardWatcher
 		if !seen[name] {
 			s.mgr.RemoveShard(id)
 			s.reports.Drop(name)
+			if s.floors != nil {
+				s.floors.drop(name)
+			}
 			delete(s.running, name)
 			s.log.Info("shard removed", "shard", name)
 		}
@@ -131,6 +136,10 @@ func (s *assignmentSync) apply(ctx context.Context, w *controlplane.ShardWatcher
 
 func (s *assignmentSync) applyOne(ctx context.Context, a controlplane.Assignment) error {
 	id := record.ShardID{Stream: a.Stream, Shard: uint32(a.Index)}
+	if !a.StreamDeleting && s.floors != nil {
+		// A stream recreated under the same name reports no old floor.
+		s.floors.drop(a.Shard)
+	}
 	// The watch's copy of the stream, read with the shards (a pass over
 	// many shards costs no request); the API server's when the watch has
 	// not seen it yet.
@@ -163,6 +172,9 @@ func (s *assignmentSync) applyOne(ctx context.Context, a controlplane.Assignment
 	policyErr := s.mgr.SetLogPolicy(id, logPolicy(stream.Spec))
 	if err := s.applyAssignment(a, id); err != nil {
 		return errors.Join(policyErr, err)
+	}
+	if a.StreamDeleting {
+		return errors.Join(policyErr, s.emptyForDeletion(ctx, a, id))
 	}
 	return policyErr
 }

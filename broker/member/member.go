@@ -297,12 +297,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.Insecure {
 		peerTLS = PeerDialTLS(cfg.TLS)
 	}
+	floors := &deletionFloors{}
 	mgr, err := replica.NewManager(replica.Options{
 		Store: store, Self: replication.NodeID(cfg.Broker), SelfStorageID: id, Incarnation: uint64(inc),
 		Resolve: resolver.resolve, ClientAddr: resolver.clientAddr, PeerTLS: peerTLS, PeerConnectFailed: peerFailed, PassInterval: cfg.PassInterval, Logger: log.WithName("replica"),
 		MaintainInterval: cfg.MaintainInterval, Metrics: maintMetrics,
 		OnReport: func(r replication.Report, viewAt time.Time) {
-			reports.Set(shardName(r.Shard), toShardReport(r, viewAt, time.Now()))
+			name := shardName(r.Shard)
+			reports.Set(name, floors.withFloor(name, toShardReport(r, viewAt, time.Now())))
 		},
 	})
 	if err != nil {
@@ -365,7 +367,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return fmt.Errorf("member: shard watch did not sync: %w", ctx.Err())
 	}
-	sync := &assignmentSync{mgr: mgr, reports: reports, cp: cp, reader: reader, self: cfg.Broker, namespace: cfg.Namespace, log: log.WithName("assignments")}
+	sync := &assignmentSync{mgr: mgr, reports: reports, cp: cp, reader: reader, self: cfg.Broker, namespace: cfg.Namespace, log: log.WithName("assignments"), floors: floors}
 	if err := sync.apply(runCtx, watcher); err != nil {
 		log.Error(err, "first assignment pass failed; retrying on the next change")
 	}

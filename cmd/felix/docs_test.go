@@ -77,16 +77,18 @@ var otherPrograms = []string{
 // outsideFlags are flags of tools outside the repository that the docs
 // show in commands (docker, kubectl, go test). Each names its tool.
 var outsideFlags = map[string]string{
-	"attach":  "docker start",
-	"cascade": "kubectl delete",
-	"driver":  "docker network create",
-	"filter":  "docker ps",
-	"flag":    "any flag, in \"a `--flag=value` argument\"",
-	"ip":      "docker network connect",
-	"network": "docker run",
-	"raw":     "kubectl get",
-	"signal":  "docker kill",
-	"user":    "docker run",
+	"attach":      "docker start",
+	"cascade":     "kubectl delete",
+	"driver":      "docker network create",
+	"filter":      "docker ps",
+	"flag":        "any flag, in \"a `--flag=value` argument\"",
+	"ip":          "docker network connect",
+	"network":     "docker run",
+	"raw":         "kubectl get",
+	"server-side": "kubectl apply",
+	"signal":      "docker kill",
+	"user":        "docker run",
+	"wait":        "kubectl delete",
 }
 
 // programFlags returns the flags the other programs define, by name, with

@@ -135,9 +135,34 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 			t.Errorf("nothing rendered in namespace %s", ns)
 		}
 	}
-	for _, res := range []string{"- nodes", "- clusterrolebindings"} {
+	for _, res := range []string{"- nodes", "- clusterrolebindings", "- storageclasses"} {
 		if strings.Contains(rendered, res) {
 			t.Errorf("a namespace Role names %s, which only a ClusterRole grants", res)
+		}
+	}
+
+	// The values a platform team sets: an existing ServiceAccount (bound by
+	// the chart's RBAC, not created), pull secrets, verbosity, extra flags.
+	rendered = template("--set", "serviceAccount.create=false,serviceAccount.name=ops-sa,logLevel=1,imagePullSecrets[0].name=regcred",
+		"--set-json", `extraArgs=["--max-clock-skew=2s"]`)
+	for _, want := range []string{"serviceAccountName: ops-sa\n", "imagePullSecrets:\n        - name: regcred\n", "- --v=1\n", `- "--max-clock-skew=2s"`, "  - kind: ServiceAccount\n    name: ops-sa\n    namespace: felix-system\n"} {
+		if !strings.Contains(rendered, want) {
+			t.Errorf("chart with serviceAccount, imagePullSecrets, logLevel and extraArgs set lacks %q", want)
+		}
+	}
+	if strings.Contains(rendered, "kind: ServiceAccount\nmetadata:\n  name: ops-sa") {
+		t.Error("serviceAccount.create=false still creates the ServiceAccount")
+	}
+	if !strings.Contains(template(), "- --v=0\n") {
+		t.Error("the default chart does not pass --v=0")
+	}
+	// The values schema refuses what the templates would render wrong.
+	for _, bad := range [][]string{{"--set", "logLevel=-1"}, {"--set", "replicas=0"}, {"--set", "serviceAccount.nmae=typo"}, {"--set-json", `extraArgs=["-v 3"]`}} {
+		args := append([]string{"template", "felix", "charts/felix"}, bad...)
+		cmd := exec.Command(helm, args...)
+		cmd.Dir = testenv.RepoRoot()
+		if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "schema") {
+			t.Errorf("helm template %v: want a values schema error, got %v:\n%s", bad, err, b)
 		}
 	}
 

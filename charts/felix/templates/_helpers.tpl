@@ -7,3 +7,10 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- define "felix.fullname" -}}
 {{ .Release.Name }}-felix-operator
 {{- end }}
+{{- define "felix.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{ .Values.serviceAccount.name }}
+{{- else -}}
+{{ include "felix.fullname" . }}
+{{- end -}}
+{{- end }}
