@@ -223,7 +223,8 @@ func FuzzParseHeader(f *testing.F) {
 }
 
 func TestScopedSeparatesPrincipals(t *testing.T) {
-	if Scoped("user/alice", pA) != Scoped("user/alice", pA) {
+	first, again := Scoped("user/alice", pA), Scoped("user/alice", pA)
+	if first != again {
 		t.Fatal("Scoped is not stable")
 	}
 	if Scoped("user/alice", pA) == Scoped("user/mallory", pA) {
