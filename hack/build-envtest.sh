@@ -20,11 +20,16 @@ OUT="${ROOT}/bin/k8s/${KUBE_VERSION}-etcd${ETCD_VERSION}"
 # (CI) reuses it.
 CACHE="${FELIX_TOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/felix-tools}/k8s/${KUBE_VERSION}-etcd${ETCD_VERSION}"
 
-if [[ -x "${OUT}/kube-apiserver" && -x "${OUT}/etcd" ]]; then
+# versioned BIN: BIN is a kube-apiserver that reports KUBE_VERSION. One
+# built before the version was stamped reports v0.0.0-master, which charts
+# with a kubeVersion constraint (ours) refuse: it is relinked.
+versioned() { [[ "$("$1" --version 2>/dev/null)" == "Kubernetes ${KUBE_VERSION}" ]]; }
+
+if [[ -x "${OUT}/kube-apiserver" && -x "${OUT}/etcd" ]] && versioned "${OUT}/kube-apiserver"; then
   echo "${OUT}"; exit 0
 fi
 mkdir -p "${OUT}"
-if [[ -x "${CACHE}/kube-apiserver" && -x "${CACHE}/etcd" ]]; then
+if [[ -x "${CACHE}/kube-apiserver" && -x "${CACHE}/etcd" ]] && versioned "${CACHE}/kube-apiserver"; then
   cp "${CACHE}/kube-apiserver" "${CACHE}/etcd" "${OUT}/"
   echo "${OUT}"; exit 0
 fi
@@ -60,21 +65,34 @@ go mod tidy >&2 2>/dev/null || true
 
 log "building kube-apiserver ${KUBE_VERSION} (about 11 minutes cold on 2 cores)"
 start=$(date +%s)
-CGO_ENABLED=0 go build -trimpath -o "${OUT}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+v=k8s.io/component-base/version
+CGO_ENABLED=0 go build -trimpath \
+  -ldflags "-X ${v}.gitVersion=${KUBE_VERSION} -X ${v}.gitMajor=1 -X ${v}.gitMinor=${minor} -X ${v}.gitTreeState=clean" \
+  -o "${OUT}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+versioned "${OUT}/kube-apiserver" || { log "the kube-apiserver built does not report ${KUBE_VERSION}"; exit 1; }
 log "kube-apiserver built in $(( $(date +%s) - start ))s"
 
 # etcd builds in its own module so its dependency versions are its own.
-mkdir -p "${WORK}/etcd" && cd "${WORK}/etcd"
-cat > go.mod <<MOD
+if [[ -x "${CACHE}/etcd" ]]; then
+  cp "${CACHE}/etcd" "${OUT}/etcd.tmp" && mv "${OUT}/etcd.tmp" "${OUT}/etcd"
+else
+  mkdir -p "${WORK}/etcd" && cd "${WORK}/etcd"
+  cat > go.mod <<MOD
 module felix.dev/envtest-etcd
 
 go 1.26
 MOD
-log "building etcd ${ETCD_VERSION}"
-go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-start=$(date +%s)
-CGO_ENABLED=0 go build -trimpath -o "${OUT}/etcd" go.etcd.io/etcd/server/v3
-log "etcd built in $(( $(date +%s) - start ))s"
+  log "building etcd ${ETCD_VERSION}"
+  go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
+  start=$(date +%s)
+  CGO_ENABLED=0 go build -trimpath -o "${OUT}/etcd" go.etcd.io/etcd/server/v3
+  log "etcd built in $(( $(date +%s) - start ))s"
+fi
 
-mkdir -p "${CACHE}" && cp "${OUT}/kube-apiserver" "${OUT}/etcd" "${CACHE}/"
+# Into the cache by rename: tests may be running the cached binaries.
+mkdir -p "${CACHE}"
+for f in kube-apiserver etcd; do
+  cp "${OUT}/${f}" "${CACHE}/.${f}.$$" && mv "${CACHE}/.${f}.$$" "${CACHE}/${f}"
+done
 echo "${OUT}"

@@ -65,6 +65,7 @@ var (
 // otherPrograms are this repository's other programs; the docs show their
 // flags too.
 var otherPrograms = []string{
+	"cmd/felix-csi-hostpath/main.go",
 	"cmd/felix-dev/main.go",
 	"cmd/felix-sim/main.go",
 	"hack/natsbench/main.go",
@@ -77,18 +78,25 @@ var otherPrograms = []string{
 // outsideFlags are flags of tools outside the repository that the docs
 // show in commands (docker, kubectl, go test). Each names its tool.
 var outsideFlags = map[string]string{
-	"attach":      "docker start",
-	"cascade":     "kubectl delete",
-	"driver":      "docker network create",
-	"filter":      "docker ps",
-	"flag":        "any flag, in \"a `--flag=value` argument\"",
-	"ip":          "docker network connect",
-	"network":     "docker run",
-	"raw":         "kubectl get",
-	"server-side": "kubectl apply",
-	"signal":      "docker kill",
-	"user":        "docker run",
-	"wait":        "kubectl delete",
+	"attach":           "docker start",
+	"build-arg":        "docker build",
+	"create-namespace": "helm upgrade",
+	"for":              "kubectl wait",
+	"install":          "helm upgrade",
+	"overrides":        "kubectl run",
+	"set":              "helm upgrade",
+	"cascade":          "kubectl delete",
+	"driver":           "docker network create",
+	"filter":           "docker ps",
+	"flag":             "any flag, in \"a `--flag=value` argument\"",
+	"ip":               "docker network connect",
+	"network":          "docker run",
+	"privileged":       "docker run",
+	"raw":              "kubectl get",
+	"server-side":      "kubectl apply",
+	"signal":           "docker kill",
+	"user":             "docker run",
+	"wait":             "kubectl delete",
 }
 
 // programFlags returns the flags the other programs define, by name, with

@@ -24,12 +24,15 @@ if [[ ! -d "${STATE}" ]]; then log "nothing to stop (no ${STATE})"; exit 0; fi
 [[ $(id -u) == 0 ]] || die "run as root (the cluster's processes and mounts are root's)"
 
 # pid_of NAME: the pid recorded for NAME if that process still runs the
-# binary we started.
+# binary we started (or a binary of that path since replaced by a rebuild,
+# which the kernel shows with a " (deleted)" suffix).
 pid_of() {
-  local pidf="${RUN}/$1.pid" pid exe
+  local pidf="${RUN}/$1.pid" pid exe running
   [[ -s "${pidf}" ]] || return 1
   read -r pid exe < "${pidf}"
-  [[ -d "/proc/${pid}" && "$(readlink "/proc/${pid}/exe" 2>/dev/null)" == "${exe}" ]] || return 1
+  [[ -d "/proc/${pid}" ]] || return 1
+  running="$(readlink "/proc/${pid}/exe" 2>/dev/null)"
+  [[ "${running}" == "${exe}" || "${running}" == "${exe} (deleted)" ]] || return 1
   echo "${pid}"
 }
 

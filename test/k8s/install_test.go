@@ -22,7 +22,13 @@ const (
 func TestRealNode(t *testing.T) {
 	e := loadEnv(t)
 
-	t.Run("HelmInstall", func(t *testing.T) {
+	step := func(name string, f func(t *testing.T)) {
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
+
+	step("HelmInstall", func(t *testing.T) {
 		// helm installs crds/ only on the first install and never
 		// upgrades them: apply them first, as docs/install.md says.
 		e.kubectl(t, "apply", "--server-side", "-f", "charts/felix/crds/")
@@ -37,7 +43,7 @@ func TestRealNode(t *testing.T) {
 		e.kubectl(t, "-n", operatorNS, "rollout", "status", "deployment/felix-felix-operator", "--timeout=3m")
 	})
 
-	t.Run("RestrictedNamespace", func(t *testing.T) {
+	step("RestrictedNamespace", func(t *testing.T) {
 		e.kubectl(t, "create", "namespace", appNS)
 		e.kubectl(t, "label", "namespace", appNS,
 			"pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
@@ -49,7 +55,7 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
-	t.Run("ClusterReady", func(t *testing.T) {
+	step("ClusterReady", func(t *testing.T) {
 		storage := ""
 		if e.storage != "" {
 			storage = "\n    storageClassName: " + e.storage
@@ -102,7 +108,7 @@ spec:
 	})
 
 	records := []string{}
-	t.Run("ClientsThroughClusterDNS", func(t *testing.T) {
+	step("ClientsThroughClusterDNS", func(t *testing.T) {
 		bootstrap := fmt.Sprintf("%s.%s.svc", cluster, appNS)
 		for i := 0; i < 20; i++ {
 			records = append(records, fmt.Sprintf("record-%02d", i))
@@ -122,7 +128,7 @@ spec:
 		}
 	})
 
-	t.Run("EvictionRespectsTheDisruptionBudget", func(t *testing.T) {
+	step("EvictionRespectsTheDisruptionBudget", func(t *testing.T) {
 		pods := strings.Fields(e.kubectl(t, "-n", appNS, "get", "pod", "-l", brokerSelector(), "-o", "jsonpath={.items[*].metadata.name}"))
 		if len(pods) < 2 {
 			t.Fatalf("broker pods %v", pods)
