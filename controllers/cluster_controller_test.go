@@ -121,7 +121,7 @@ func TestCluster_CreatesBrokerResources(t *testing.T) {
 	if headless.Spec.ClusterIP != corev1.ClusterIPNone || clientSvc.Spec.ClusterIP == corev1.ClusterIPNone {
 		t.Errorf("headless %q client %q", headless.Spec.ClusterIP, clientSvc.Spec.ClusterIP)
 	}
-	if cm.Data["FELIX_FSYNC"] != "Periodic" || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+	if cm.Data["FELIX_FSYNC"] != "Periodic" || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 || pdb.Spec.MaxUnavailable != nil {
 		t.Errorf("configmap %v pdb %+v", cm.Data, pdb.Spec)
 	}
 	eventually(t, 10*time.Second, "cluster status", func() (bool, string) {

@@ -127,12 +127,18 @@ func fsyncMode(c *felixv1.FelixCluster) felixv1.FsyncMode {
 }
 
 // podDisruptionBudget lets voluntary disruptions take one broker at a time.
+// It says so as minAvailable: brokers-1, an integer, and not as
+// maxUnavailable: 1, because the disruption controller turns
+// maxUnavailable into a pod count through the scale subresource of the
+// pods' controller, which a FelixCluster does not have: a real
+// controller-manager then allows no disruption at all ("does not implement
+// the scale subresource"), and kubectl drain waits forever.
 func podDisruptionBudget(c *felixv1.FelixCluster) *policyv1.PodDisruptionBudget {
-	one := intstr.FromInt32(1)
+	minAvailable := intstr.FromInt32(max(c.Spec.Brokers-1, 0))
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: PDBName(c.Name), Namespace: c.Namespace, Labels: clusterLabels(c.Name)},
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: &one,
+			MinAvailable: &minAvailable,
 			Selector:       &metav1.LabelSelector{MatchLabels: brokerSelector(c.Name)},
 		},
 	}

@@ -94,6 +94,7 @@ var outsideFlags = map[string]string{
 	"privileged":       "docker run",
 	"raw":              "kubectl get",
 	"server-side":      "kubectl apply",
+	"type":             "kubectl patch",
 	"signal":           "docker kill",
 	"user":             "docker run",
 	"wait":             "kubectl delete",

@@ -31,8 +31,15 @@ hack/k8s/import-image.sh "${IMG}"
 
 log "removing what an earlier run left"
 helm="${FELIX_HELM:-$(hack/go-tool.sh helm helm.sh/helm/v3/cmd/helm "${HELM_VERSION:-v3.22.0}")}"
+# The suite's namespace first, while the operator runs: a FelixStream's
+# finalizer is removed by the operator (docs/operator.md, "Deleting a
+# stream"). Without an operator the finalizers are dropped by hand.
+if ! kubectl delete namespace felix-e2e --ignore-not-found --wait=true --timeout=180s >/dev/null; then
+  kubectl -n felix-e2e get felixstreams -o name 2>/dev/null |
+    xargs -r -I{} "${KUBE_BIN}/kubectl" -n felix-e2e patch {} --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null
+  kubectl delete namespace felix-e2e --ignore-not-found --wait=true --timeout=180s >/dev/null
+fi
 KUBECONFIG="${KUBECONFIG}" "${helm}" uninstall felix --namespace felix-system --wait >/dev/null 2>&1 || true
-kubectl delete namespace felix-e2e --ignore-not-found --wait=true --timeout=180s >/dev/null
 
 storage_class=""
 if kubectl get storageclass felix-hostpath >/dev/null 2>&1; then

@@ -171,7 +171,7 @@ func brokerSelector() string {
 }
 
 // shardsLed checks that every shard of stream has a leader in its
-// FelixShard assignment.
+// FelixShard status (the control plane's assignment).
 func shardsLed(e env, t *testing.T, stream string, shards int) error {
 	r := e.exec("", e.kubectlBin, "-n", appNS, "get", "felixshards", "-o", "json")
 	if r.err != nil {
@@ -181,8 +181,12 @@ func shardsLed(e env, t *testing.T, stream string, shards int) error {
 		Items []struct {
 			Spec struct {
 				Stream string `json:"stream"`
-				Leader string `json:"leader"`
 			} `json:"spec"`
+			Status struct {
+				Assignment *struct {
+					Leader string `json:"leader"`
+				} `json:"assignment"`
+			} `json:"status"`
 		} `json:"items"`
 	}
 	if err := json.Unmarshal([]byte(r.out), &list); err != nil {
@@ -190,7 +194,7 @@ func shardsLed(e env, t *testing.T, stream string, shards int) error {
 	}
 	led := 0
 	for _, s := range list.Items {
-		if s.Spec.Stream == stream && s.Spec.Leader != "" {
+		if s.Spec.Stream == stream && s.Status.Assignment != nil && s.Status.Assignment.Leader != "" {
 			led++
 		}
 	}
