@@ -139,7 +139,7 @@ func podDisruptionBudget(c *felixv1.FelixCluster) *policyv1.PodDisruptionBudget 
 		ObjectMeta: metav1.ObjectMeta{Name: PDBName(c.Name), Namespace: c.Namespace, Labels: clusterLabels(c.Name)},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: &minAvailable,
-			Selector:       &metav1.LabelSelector{MatchLabels: brokerSelector(c.Name)},
+			Selector:     &metav1.LabelSelector{MatchLabels: brokerSelector(c.Name)},
 		},
 	}
 }
