@@ -38,20 +38,14 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
-// appVersion reads the chart's appVersion from Chart.yaml.
+// appVersion is the chart's appVersion, the image tag it installs.
 func appVersion(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "charts", "felix", "Chart.yaml"))
+	v, err := testenv.ChartAppVersion()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
-			return strings.Trim(strings.TrimSpace(v), `"`)
-		}
-	}
-	t.Fatal("Chart.yaml has no appVersion")
-	return ""
+	return v
 }
 
 func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {

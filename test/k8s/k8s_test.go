@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,20 +53,14 @@ func loadEnv(t *testing.T) env {
 	return e
 }
 
-// appVersion reads the chart's appVersion, the image tag it installs.
+// appVersion is the chart's appVersion, the image tag it installs.
 func appVersion(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "charts", "felix", "Chart.yaml"))
+	v, err := testenv.ChartAppVersion()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
-			return strings.Trim(strings.TrimSpace(v), `"`)
-		}
-	}
-	t.Fatal("Chart.yaml has no appVersion")
-	return ""
+	return v
 }
 
 // result is one command's outcome.
