@@ -62,8 +62,10 @@ type RunConfig struct {
 // CheckStreamEvery [FD-4]. The periodic check also asks the log for its
 // retention (Log.Describe) and refuses it on.
 //
-// It returns ErrRetired when a newer epoch took over, an error matching
-// ErrLeaseLost when the renewal failed, ErrRetention or ErrAckLeader when
+// It returns ErrRetired when a newer epoch took over (seen by a write, or
+// by the read a holder makes when its renewal finds the lease lost), an
+// error matching ErrLeaseLost when the renewal failed and no newer epoch
+// is visible yet, ErrRetention or ErrAckLeader when
 // the stream check refused, and nil when ctx ends (after releasing the
 // lease).
 func Run(ctx context.Context, cfg RunConfig) error {
@@ -151,13 +153,33 @@ func Run(ctx context.Context, cfg RunConfig) error {
 		if cfg.Lease.RenewDue() {
 			if err := cfg.Lease.Renew(ctx); err != nil {
 				if errors.Is(err, ErrLeaseLost) {
-					log.Info("lease lost; stopping", "err", err.Error())
-					return err
+					return leaseLost(ctx, h, log, err)
 				}
 				log.V(1).Info("lease renewal failed; will retry", "err", err.Error())
 			}
 		}
 	}
+}
+
+// leaseLostReadTimeout bounds the read a holder makes after losing its
+// lease.
+const leaseLostReadTimeout = 5 * time.Second
+
+// leaseLost stops a holder whose renewal found the lease lost. It first
+// reads once from its cursor: when a newer epoch already wrote or trimmed
+// past it, the holder retires (ErrRetired) and says so, which tells the
+// operator more than a lost lease does. A holder paused past its lease
+// (SIGSTOP, a long GC, a frozen VM) can resume at any point of its loop,
+// so whether the renewal or the next write notices first is chance; the
+// read makes the outcome the same either way. Reading writes nothing.
+func leaseLost(ctx context.Context, h *Holder, log logr.Logger, lost error) error {
+	rctx, cancel := context.WithTimeout(ctx, leaseLostReadTimeout)
+	defer cancel()
+	if err := h.CatchUp(rctx); errors.Is(err, ErrRetired) {
+		return err
+	}
+	log.Info("lease lost; stopping", "err", lost.Error())
+	return lost
 }
 
 // checkLog refuses a log that reports its retention on [FD-4].

@@ -255,3 +255,37 @@ func TestFD4_RunRechecksLogRetention(t *testing.T) {
 		t.Fatal("Run kept writing to a log that reports retention on")
 	}
 }
+
+// A holder whose renewal finds the lease lost reads once before it stops:
+// when a newer epoch already trimmed past its cursor it retires, the same
+// outcome as when its next write notices first; with no newer epoch in
+// the log it reports the lost lease.
+func TestRun_LeaseLostReadsBeforeStopping(t *testing.T) {
+	lost := errors.Join(ErrLeaseLost, errors.New("held by \"b\""))
+	ctx := context.Background()
+
+	_, sl := newStoreLog(t, logstore.Options{})
+	h1 := newHolderT(t, sl, 1, &Counter{}, ruleKept)
+	if err := h1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leaseLost(ctx, h1, logr.Discard(), lost); !errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRetired) {
+		t.Fatalf("no newer epoch: %v, want the lost lease", err)
+	}
+
+	w2 := &Counter{}
+	h2 := newHolderT(t, sl, 2, w2, ruleKept)
+	if err := h2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := w2.Next(ctx)
+	if err := h2.Append(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leaseLost(ctx, h1, logr.Discard(), lost); !errors.Is(err, ErrRetired) {
+		t.Fatalf("a newer epoch trimmed past the cursor: %v, want ErrRetired", err)
+	}
+}
