@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -139,6 +141,87 @@ func TestClusterClientRoutesThroughANonReplica(t *testing.T) {
 	}
 }
 
+// appender appends "r0", "r1", ... through a Cluster, one at a time,
+// until stopped, recording the acknowledged ones and counting those with
+// an unknown outcome; any other error stops it.
+type appender struct {
+	mu      sync.Mutex
+	acked   []ack
+	unknown int
+	stop    chan struct{}
+	done    chan error
+}
+
+type ack struct {
+	payload []byte
+	off     uint64
+}
+
+func startAppender(ctx context.Context, cl *client.Cluster) *appender {
+	a := &appender{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-a.stop:
+				a.done <- nil
+				return
+			default:
+			}
+			p := fmt.Appendf(nil, "r%d", i)
+			res, err := cl.Append(ctx, testShard, []record.Record{{Payload: p}}, nil)
+			a.mu.Lock()
+			switch {
+			case err == nil:
+				a.acked = append(a.acked, ack{p, res.First})
+			case errors.Is(err, client.ErrUnknownOutcome):
+				a.unknown++
+			default:
+				a.mu.Unlock()
+				a.done <- fmt.Errorf("append %d: %w", i, err)
+				return
+			}
+			a.mu.Unlock()
+		}
+	}()
+	return a
+}
+
+func (a *appender) count() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.acked) }
+
+// waitAcked waits until n appends are acknowledged, failing if the
+// appender stopped.
+func (a *appender) waitAcked(t *testing.T, what string, n int, d time.Duration) {
+	t.Helper()
+	eventually(t, what, d, func() bool {
+		select {
+		case err := <-a.done:
+			t.Fatalf("appender stopped: %v", err)
+		default:
+		}
+		return a.count() >= n
+	})
+}
+
+// finish stops the appender and returns what it acknowledged and how many
+// outcomes were unknown.
+func (a *appender) finish(t *testing.T) ([]ack, int) {
+	t.Helper()
+	close(a.stop)
+	if err := <-a.done; err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.acked, a.unknown
+}
+
+// failover stops leader a and promotes b at epoch 2.
+func failover(t *testing.T, c *cluster, meta *routeMeta) {
+	t.Helper()
+	c.nodes["a"].stop()
+	assignReplicas(t, c, meta, replicaAssignment(c, "b", 2))
+}
+
 // TestClusterClientFollowsAFailover: appends stream through a Cluster
 // while the leader stops and a follower is promoted; the client finds
 // the new leader by itself, every acknowledged append is on it, and the
@@ -153,65 +236,14 @@ func TestClusterClientFollowsAFailover(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	type ack struct {
-		payload []byte
-		off     uint64
-	}
-	var (
-		mu      sync.Mutex
-		acked   []ack
-		unknown int
-	)
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			p := fmt.Appendf(nil, "r%d", i)
-			res, err := cl.Append(ctx, testShard, []record.Record{{Payload: p}}, nil)
-			switch {
-			case err == nil:
-				mu.Lock()
-				acked = append(acked, ack{p, res.First})
-				mu.Unlock()
-			case errors.Is(err, client.ErrUnknownOutcome):
-				mu.Lock()
-				unknown++
-				mu.Unlock()
-			default:
-				done <- fmt.Errorf("append %d: %w", i, err)
-				return
-			}
-		}
-	}()
-	eventually(t, "50 appends acknowledged by a", 20*time.Second, func() bool { return count() >= 50 })
-
-	c.nodes["a"].stop()
-	before := count()
-	next := replicaAssignment(c, "b", 2)
-	assignReplicas(t, c, meta, next)
-	eventually(t, "50 more appends acknowledged after the failover", 30*time.Second, func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("appender stopped: %v", err)
-		default:
-		}
-		return count() >= before+50
-	})
-	close(stop)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	app := startAppender(ctx, cl)
+	app.waitAcked(t, "50 appends acknowledged by a", 50, 20*time.Second)
+	before := app.count()
+	failover(t, c, meta)
+	app.waitAcked(t, "50 more appends acknowledged after the failover", before+50, 30*time.Second)
+	acked, unknown := app.finish(t)
 
 	got := readAll(t, c.nodes["b"])
-	mu.Lock()
-	defer mu.Unlock()
 	for _, a := range acked {
 		if !bytes.Equal(got[a.off], a.payload) {
 			t.Fatalf("acknowledged %q at %d, new leader holds %q", a.payload, a.off, got[a.off])
@@ -229,4 +261,89 @@ func TestClusterClientFollowsAFailover(t *testing.T) {
 	if addr, _, ok := m.LeaderAddress(testShard); !ok || addr != c.nodes["b"].addr {
 		t.Fatalf("leader address %q, want b's %s", addr, c.nodes["b"].addr)
 	}
+}
+
+// TestClusterClientFollowReadsAcrossAFailover: a reader follows the shard
+// from its start through a Cluster (Follow) while a producer appends and
+// the leader fails over; it reads every record the new leader holds,
+// in offset order with none twice and none skipped, and every
+// acknowledged append among them.
+func TestClusterClientFollowReadsAcrossAFailover(t *testing.T) {
+	c, meta := routedCluster(t)
+	assignReplicas(t, c, meta, replicaAssignment(c, "a", 1))
+	c.waitLeading(c.nodes["a"])
+	producer := newRoutingClient(t, c.nodes["d"].addr)
+	// One try per read: every failure the failover causes reaches
+	// Follow's own retry, which must keep the position.
+	reader, err := client.NewCluster(context.Background(), client.ClusterOptions{Attempts: 1}, c.nodes["c"].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Close() }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		offsets []uint64
+		payload = map[uint64][]byte{}
+		retries int
+	)
+	read := func() int { mu.Lock(); defer mu.Unlock(); return len(offsets) }
+	fctx, stopFollowing := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- reader.Follow(fctx, wire.ReadRequest{Shard: testShard, From: wire.FromEarliest},
+			client.FollowOptions{Wait: 200 * time.Millisecond, OnRetry: func(error, time.Duration) { mu.Lock(); retries++; mu.Unlock() }},
+			func(res wire.ReadOK) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range res.Records {
+					offsets = append(offsets, r.Offset)
+					payload[r.Offset] = r.Payload
+				}
+				return nil
+			})
+	}()
+
+	app := startAppender(ctx, producer)
+	app.waitAcked(t, "50 appends acknowledged by a", 50, 20*time.Second)
+	eventually(t, "the reader to read 20 records from a", 20*time.Second, func() bool { return read() >= 20 })
+	before := app.count()
+	failover(t, c, meta)
+	app.waitAcked(t, "50 more appends acknowledged after the failover", before+50, 30*time.Second)
+	acked, _ := app.finish(t)
+
+	held := readAll(t, c.nodes["b"])
+	eventually(t, "the reader to read everything b holds", 30*time.Second, func() bool { return read() >= len(held) })
+	stopFollowing()
+	if err := <-followed; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// What the leader serves (fence records are not served, so offsets
+	// have gaps where they are): the reader must have read exactly that,
+	// in order.
+	want := slices.Sorted(maps.Keys(held))
+	if len(offsets) != len(want) {
+		t.Fatalf("read %d records, the leader serves %d", len(offsets), len(want))
+	}
+	for i, off := range offsets {
+		if off != want[i] {
+			t.Fatalf("record %d read at offset %d, the leader serves it at %d: records skipped or read twice", i, off, want[i])
+		}
+		if !bytes.Equal(payload[off], held[off]) {
+			t.Fatalf("read %q at %d, the leader holds %q", payload[off], off, held[off])
+		}
+	}
+	for _, a := range acked {
+		if !bytes.Equal(payload[a.off], a.payload) {
+			t.Fatalf("acknowledged %q at %d, the reader read %q", a.payload, a.off, payload[a.off])
+		}
+	}
+	if retries == 0 {
+		t.Fatal("no read was retried: the failover did not reach Follow")
+	}
+	t.Logf("read %d records across the failover (%d acknowledged), %d reads retried", len(offsets), len(acked), retries)
 }

@@ -145,6 +145,12 @@ func TestShardsAndRoutedCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &line); err != nil || line.Payload == nil || *line.Payload != "routed" {
 		t.Fatalf("read printed %q (%v), want the routed record", out, err)
 	}
+	// Routed --follow goes through Cluster.Follow and stops at --limit.
+	runCmd(t, newAppendCmd(), "--bootstrap", addr, "--stream", "orders", "--payload", "second")
+	out = runCmd(t, newReadCmd(), "--bootstrap", addr, "--stream", "orders", "--from", "earliest", "--follow", "--limit", "2", "-o", "table")
+	if !strings.Contains(out, "routed") || !strings.Contains(out, "second") {
+		t.Fatalf("read --follow --limit 2 printed %q, want both records", out)
+	}
 }
 
 // TestDefaultPortIsTheClusterPort: the CLI's default --broker, the

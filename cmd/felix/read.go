@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
 )
 
@@ -40,9 +41,12 @@ func newReadCmd() *cobra.Command {
 		Long: `Read a shard's records from a start position: an offset, earliest (the
 floor) or latest (the tail: only records appended from now on). Without
 --follow the command stops when it has read everything committed; with
---follow it waits for new records until interrupted, dialing again and
-reading on from the same position when the broker closes the connection
-(its idle timeout, a restart). --limit stops after N records.
+--follow it waits for new records until interrupted. With --bootstrap or
+--cluster it reads on from the same position across reconnections and
+leader changes (a failover neither skips nor repeats a record; each retry
+is noted on stderr); with --broker it dials that broker again when it
+closes the connection (its idle timeout, a restart). --limit stops after
+N records.
 
 Prints one JSON object per record: offset, epoch, timestamp, headers and
 payload (payload when valid UTF-8, otherwise payloadBase64). A start below the
@@ -79,6 +83,30 @@ it had headers, trimHeaders.`,
 			defer func() { _ = c.Close() }()
 			p := newPrinter(cmd, f.output, "OFFSET", "EPOCH", "TIMESTAMP", "HEADERS", "PAYLOAD")
 			printed := 0
+			if cl, ok := c.(*client.Cluster); ok && follow {
+				// Routed: Follow reads on from the same position across
+				// reconnections and leader changes.
+				err := cl.Follow(cmd.Context(), req, client.FollowOptions{Wait: followWait, MaxRecords: req.MaxRecords,
+					OnRetry: func(err error, wait time.Duration) {
+						fmt.Fprintf(cmd.ErrOrStderr(), "felix read: %v; reading again from the same position in %v\n", err, wait)
+					}},
+					func(res wire.ReadOK) error {
+						for _, r := range res.Records {
+							if err := printRecord(p, r); err != nil {
+								return err
+							}
+							if printed++; limit > 0 && printed >= limit {
+								return client.ErrStopFollowing
+							}
+						}
+						return p.flush()
+					})
+				if err != nil {
+					_ = p.flush()
+					return f.report(cmd, err)
+				}
+				return p.flush()
+			}
 			redialed := false // since the last read answered
 			for limit == 0 || printed < limit {
 				if limit > 0 {
@@ -113,16 +141,7 @@ it had headers, trimHeaders.`,
 				}
 				redialed = false
 				for _, r := range res.Records {
-					line := readLine{Offset: r.Offset, Epoch: r.Epoch, Timestamp: time.Unix(0, r.Timestamp).UTC().Format(time.RFC3339Nano),
-						Headers: headersJSON(r.Headers)}
-					text := string(r.Payload)
-					if utf8.Valid(r.Payload) {
-						line.Payload = &text
-					} else {
-						line.PayloadBase64 = base64.StdEncoding.EncodeToString(r.Payload)
-						text = "base64:" + line.PayloadBase64
-					}
-					if err := p.print(line, r.Offset, r.Epoch, line.Timestamp, headersText(r.Headers), text); err != nil {
+					if err := printRecord(p, r); err != nil {
 						return err
 					}
 					printed++
@@ -148,4 +167,18 @@ it had headers, trimHeaders.`,
 	cmd.Flags().IntVar(&limit, "limit", 0, "stop after N records (0: no limit)")
 	cmd.Flags().BoolVar(&follow, "follow", false, "wait for new records until interrupted")
 	return cmd
+}
+
+// printRecord prints one record read as a readLine.
+func printRecord(p *printer, r record.Record) error {
+	line := readLine{Offset: r.Offset, Epoch: r.Epoch, Timestamp: time.Unix(0, r.Timestamp).UTC().Format(time.RFC3339Nano),
+		Headers: headersJSON(r.Headers)}
+	text := string(r.Payload)
+	if utf8.Valid(r.Payload) {
+		line.Payload = &text
+	} else {
+		line.PayloadBase64 = base64.StdEncoding.EncodeToString(r.Payload)
+		text = "base64:" + line.PayloadBase64
+	}
+	return p.print(line, r.Offset, r.Epoch, line.Timestamp, headersText(r.Headers), text)
 }
