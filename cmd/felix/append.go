@@ -24,7 +24,11 @@ With --payload one record is appended; without it, every line of stdin is one
 record (without its newline), all in one batch. --header applies to every
 record. With --expect-tail the batch lands only if the shard's next offset is
 T; otherwise nothing is written and the error OffsetMismatch names the
-current tail. The command never retries.
+current tail. Without --idempotent an append whose outcome is unknown is
+never sent again. With --idempotent the batch carries a producer id and a
+sequence number and is sent again after a lost answer, Unavailable or
+Fenced, within --timeout: the leader answers a resend of a batch it wrote
+with the original offsets and writes nothing, across a leader change too.
 
 Prints {"first":F,"last":L,"tail":T}. Errors go to stderr as one JSON object
 with "error" (e.g. OffsetMismatch, RecordTooLarge, UnknownOutcome) and its
@@ -33,6 +37,7 @@ append was sent but not answered (it may have landed).`,
 		Example: `  felix append --broker 127.0.0.1:7100 --stream orders --shard 0 --payload hello
   printf 'a\nb\nc\n' | felix append --broker 127.0.0.1:7100 --stream orders --shard 0
   felix append --broker 127.0.0.1:7100 --stream orders --shard 0 --expect-tail 3 --header epoch=2 --payload fenced
+  felix append --bootstrap 127.0.0.5 --stream orders --shard 0 --idempotent --payload once
   felix append --bootstrap 127.0.0.5 --bootstrap 127.0.0.6 --stream orders --shard 0 --payload hello --tls-dir ./alice --cluster default/felix`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -90,5 +95,6 @@ append was sent but not answered (it may have landed).`,
 	cmd.Flags().Uint64Var(&expectTail, "expect-tail", 0, "append only if the shard's next offset is T")
 	cmd.Flags().StringArrayVar(&headers, "header", nil, "header k=v on every record (repeatable)")
 	cmd.Flags().StringVar(&payload, "payload", "", "the one record's payload (default: one record per line of stdin)")
+	cmd.Flags().BoolVar(&f.idempotent, "idempotent", false, "send the batch again when its outcome is unknown; the leader writes it once (needs brokers with idempotent appends)")
 	return cmd
 }

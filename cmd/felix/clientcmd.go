@@ -50,6 +50,10 @@ type shardFlags struct {
 	// who is the identity of the client certificate the last dial
 	// presented ("" anonymous), for messages.
 	who string
+	// idempotent makes appends idempotent (a routing client even for
+	// --broker): an append whose outcome is unknown is sent again and
+	// the leader de-duplicates it.
+	idempotent bool
 }
 
 // Environment variables of the TLS flags; a flag given on the command
@@ -272,6 +276,11 @@ func (f *shardFlags) dial(cmd *cobra.Command) (shardClient, error) {
 	if err != nil {
 		return nil, usageErr(cmd, err)
 	}
+	if f.idempotent && len(boot) == 0 {
+		// Only a routing client numbers appends; a standalone broker
+		// lists no shards, so it serves them itself.
+		boot = []string{f.broker}
+	}
 	addr := f.broker
 	if len(boot) > 0 {
 		addr = boot[0]
@@ -284,7 +293,7 @@ func (f *shardFlags) dial(cmd *cobra.Command) (shardClient, error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
 	if len(boot) > 0 {
-		c, err := client.NewCluster(ctx, client.ClusterOptions{Options: opts}, boot...)
+		c, err := client.NewCluster(ctx, client.ClusterOptions{Options: opts, Idempotent: f.idempotent}, boot...)
 		if err != nil {
 			return nil, f.report(cmd, err)
 		}
