@@ -79,8 +79,9 @@ lint: ## gofmt, go vet and staticcheck.
 	$(STATICCHECK) ./...
 
 .PHONY: build
-build: ## Build the felix binary into bin/felix.
+build: ## Build the felix binary into bin/felix and the kubectl plugin into bin/kubectl-felix.
 	$(GO) build -o bin/felix ./cmd/felix
+	$(GO) build -o bin/kubectl-felix ./cmd/kubectl-felix
 
 ##@ Test
 

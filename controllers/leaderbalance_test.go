@@ -1,11 +1,13 @@
 package controllers_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/controllers"
@@ -127,4 +129,61 @@ func TestLeaderBalance_Default(t *testing.T) {
 	if !strings.Contains(c.Spec.LeaderBalance.SettleTime.Duration.String(), "30s") {
 		t.Fatalf("settleTime %v, want 30s", c.Spec.LeaderBalance.SettleTime)
 	}
+}
+
+// annotateShard sets (or, with value "", removes) an annotation of a
+// FelixShard, retrying conflicts.
+func annotateShard(t *testing.T, ns, name, key, value string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "shard annotated", func() (bool, string) {
+		var sh felixv1.FelixShard
+		if err := suite.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &sh); err != nil {
+			return false, err.Error()
+		}
+		if value == "" {
+			delete(sh.Annotations, key)
+		} else {
+			if sh.Annotations == nil {
+				sh.Annotations = map[string]string{}
+			}
+			sh.Annotations[key] = value
+		}
+		err := suite.c.Update(context.Background(), &sh)
+		return err == nil, errString(err)
+	})
+}
+
+// TestSwitchover_AnnotationMovesLeadership: with balancing off, the
+// felix.dev/preferred-leader annotation moves leadership to the replica it
+// names in a planned promotion at a new epoch, only once the leader's
+// report counts that replica caught up under its registered id [CP-1];
+// a name that is no replica is ignored with a Warning event.
+func TestSwitchover_AnnotationMovesLeadership(t *testing.T) {
+	ns := namespace(t)
+	c := fastCluster(ns, "sw", 3)
+	c.Spec.LeaderBalance = felixv1.LeaderBalanceSpec{Mode: felixv1.LeaderBalanceOff}
+	brokers := placedIn(t, c, 1, 3)
+	sh := getShard(t, ns, "s-0")
+	p, f1, f2 := brokers[sh.Spec.Replicas[0]], brokers[sh.Spec.Replicas[1]], brokers[sh.Spec.Replicas[2]]
+
+	annotateShard(t, ns, "s-0", felixv1.AnnotationPreferredLeader, "nobody")
+	eventually(t, 10*time.Second, "SwitchoverIgnored event", func() (bool, string) { return hasEvent(ns, "s-0", "SwitchoverIgnored") })
+
+	// f2 is not caught up in p's report: leadership stays.
+	annotateShard(t, ns, "s-0", felixv1.AnnotationPreferredLeader, f2.name)
+	p.reports.Set("s-0", report(p, 1, line(f1, f1.storageID, 100, true), line(f2, f2.storageID, 90, false)))
+	eventually(t, 10*time.Second, "p's report stored", func() (bool, string) {
+		s := getShard(t, ns, "s-0")
+		return s.Status.CaughtUp == "2/3", s.Status.CaughtUp
+	})
+	if a := getShard(t, ns, "s-0").Status.Assignment; a.Epoch != 1 || a.Leader != p.name {
+		t.Fatalf("leadership moved to a replica that is not caught up: %+v", a)
+	}
+
+	p.reports.Set("s-0", report(p, 1, line(f1, f1.storageID, 100, true), line(f2, f2.storageID, 100, true)))
+	eventually(t, 15*time.Second, "switchover to "+f2.name, func() (bool, string) {
+		a := getShard(t, ns, "s-0").Status.Assignment
+		return a.Epoch == 2 && a.Leader == f2.name, a.Leader
+	})
+	eventually(t, 10*time.Second, "Switchover event", func() (bool, string) { return hasEvent(ns, "s-0", "Switchover") })
 }

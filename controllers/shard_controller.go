@@ -98,6 +98,10 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	now := r.Clock.Now()
 	preferred, settle := preferredLeader(cluster, &sh)
+	if p := sh.Annotations[felixv1.AnnotationPreferredLeader]; p != "" && !slices.Contains(sh.Spec.Replicas, p) {
+		r.Events.Eventf(&sh, nil, corev1.EventTypeWarning, "SwitchoverIgnored", "Place", "%s=%q names no replica of the shard (replicas: %s); ignored",
+			felixv1.AnnotationPreferredLeader, p, strings.Join(sh.Spec.Replicas, ", "))
+	}
 	d := placement.Decide(placement.Input{
 		Replicas:   sh.Spec.Replicas,
 		Brokers:    registry,
@@ -154,9 +158,14 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 }
 
 // preferredLeader returns the replica placement should move the shard's
-// leadership to when it safely can, and its settle time: the first of
-// the replica set, unless the cluster turned balancing off (or is gone).
+// leadership to when it safely can, and its settle time: the replica the
+// shard's felix.dev/preferred-leader annotation names (a switchover asked
+// for by name, so no settle time), else the first of the replica set,
+// unless the cluster turned balancing off (or is gone).
 func preferredLeader(c *felixv1.FelixCluster, sh *felixv1.FelixShard) (string, time.Duration) {
+	if p := sh.Annotations[felixv1.AnnotationPreferredLeader]; p != "" && slices.Contains(sh.Spec.Replicas, p) {
+		return p, 0
+	}
 	if c == nil || len(sh.Spec.Replicas) == 0 {
 		return "", 0
 	}
@@ -249,8 +258,12 @@ func (r *FelixShardReconciler) emit(sh *felixv1.FelixShard, d placement.Decision
 			prev = fmt.Sprintf(" after %s at epoch %d", before.Assignment.Leader, before.Assignment.Epoch)
 		}
 		if d.Reason == placement.ReasonPreferredLeader {
-			r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Switchover", "Place", "%s, the preferred replica, leads at epoch %d%s (planned: caught up under its storage id); counted: %s",
-				d.Leader, d.Epoch, prev, countedList(d.Counted))
+			asked := "the preferred replica"
+			if sh.Annotations[felixv1.AnnotationPreferredLeader] == d.Leader {
+				asked = "named by " + felixv1.AnnotationPreferredLeader
+			}
+			r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Switchover", "Place", "%s, %s, leads at epoch %d%s (planned: caught up under its storage id); counted: %s",
+				d.Leader, asked, d.Epoch, prev, countedList(d.Counted))
 			return
 		}
 		r.Events.Eventf(sh, nil, corev1.EventTypeWarning, "Promoted", "Place", "%s promoted at epoch %d%s (%s); counted: %s",

@@ -4,6 +4,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// AnnotationPreferredLeader on a FelixShard names the replica its
+// leadership should move to and stay on: a switchover (`kubectl felix
+// switchover`). The operator moves leadership in a planned promotion, the
+// same one as leader balancing, only once that replica is up and its
+// leader's fresh report counts it caught up under its registered storage
+// id [CP-1]; until then the leader stays, and a name that is not one of
+// the shard's replicas is ignored with a Warning event. It outranks
+// spec.leaderBalance (which it works under Off too) until removed; after
+// a failover, leadership returns to it the same way.
+const AnnotationPreferredLeader = "felix.dev/preferred-leader"
+
 // FelixShardSpec is one shard of a stream and its replica set. The operator
 // creates it from the FelixStream and owns it.
 // +kubebuilder:validation:XValidation:rule="has(self.firstEpoch) == has(oldSelf.firstEpoch)",message="firstEpoch is set at creation only"
