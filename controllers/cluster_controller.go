@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -133,12 +135,16 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(n string) bool { return inRange[n] }); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.rollOne(ctx, &c, &obs); err != nil {
+	rollAgain, err := r.rollOne(ctx, &c, existing.Items, &obs)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	requeue, err := r.scaleDown(ctx, &c, existing.Items, &obs)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if rollAgain > 0 && (requeue == 0 || rollAgain < requeue) {
+		requeue = rollAgain
 	}
 	if obs.RestoreRefused != "" {
 		if prev := meta.FindStatusCondition(c.Status.Conditions, felixv1.ConditionDegraded); prev == nil || prev.Reason != RestoreRefusedReason {
@@ -404,6 +410,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
+// rollRetry is how soon a rolling update that waits for leaderships to
+// move or shards to catch up looks again (it does not watch shards).
+const rollRetry = time.Second
+
 // rollOne replaces at most one broker pod whose spec is outdated (image,
 // flags, resources), and only while every broker pod is Ready and every
 // broker Up, so a rolling update never takes two brokers at once. The
@@ -411,11 +421,23 @@ func podReady(p *corev1.Pod) bool {
 // and registers again [ID-4]. A broker whose certificate this reconcile
 // could not issue or check (cert-manager missing, the CA Secret missing
 // or invalid) is not replaced: its new pod might not start.
-func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCluster, obs *clusterObservation) error {
+//
+// A restart is never a failover. Brokers that lead fewer shards go first,
+// so leaders roll last; before a pod is deleted, the broker is marked
+// draining (felix.dev/drain-leadership) and the shard controller moves
+// each of its leaderships to a replica caught up under its registered id
+// in a planned promotion; the pod goes once it leads nothing and every
+// shard it holds a replica of has all its replicas caught up (so the
+// previous restart's broker was copied up again first). Until then the
+// roll waits, and the Progressing condition says on what. The mark comes
+// off once the broker runs the new spec.
+func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCluster, brokers []felixv1.FelixBroker, obs *clusterObservation) (time.Duration, error) {
 	var outdated, replaceable []string
 	healthy := true
+	stale := map[string]bool{}
 	for _, b := range obs.Brokers {
 		if b.PodOutdated {
+			stale[b.Name] = true
 			outdated = append(outdated, b.Name)
 			if obs.TLS.Issued[b.Name] {
 				replaceable = append(replaceable, b.Name)
@@ -425,21 +447,100 @@ func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCl
 			healthy = false
 		}
 	}
+	// The roll's own marks come off the brokers that run the spec now.
+	for i := range brokers {
+		b := &brokers[i]
+		if b.Annotations[felixv1.AnnotationDrainLeadership] == felixv1.RollingUpdateDrain && !stale[b.Name] {
+			if err := r.markDraining(ctx, b, false); err != nil {
+				return 0, err
+			}
+		}
+	}
 	obs.Outdated = len(outdated)
 	if len(outdated) == 0 {
-		return nil
+		return 0, nil
 	}
 	if !healthy || len(replaceable) == 0 {
 		obs.RollWaiting = true
-		return nil
+		return 0, nil
 	}
+	var shards felixv1.FelixShardList
+	if err := r.Client.List(ctx, &shards, client.InNamespace(c.Namespace), client.MatchingLabels{LabelCluster: c.Name}); err != nil {
+		return 0, err
+	}
+	leads := map[string]int{}
+	for _, sh := range shards.Items {
+		if a := sh.Status.Assignment; a != nil {
+			leads[a.Leader]++
+		}
+	}
+	// Leaders last: the broker leading fewest shards goes first.
+	sort.SliceStable(replaceable, func(i, j int) bool { return leads[replaceable[i]] < leads[replaceable[j]] })
 	name := replaceable[0]
+	if n := leads[name]; n > 0 {
+		for i := range brokers {
+			b := &brokers[i]
+			if b.Name == name && b.Annotations[felixv1.AnnotationDrainLeadership] == "" {
+				if err := r.markDraining(ctx, b, true); err != nil {
+					return 0, err
+				}
+				r.event(c, corev1.EventTypeNormal, "MovingLeadership", "RollingUpdate",
+					"moving the leadership of %d shards off %s before its pod is replaced (planned promotions, no failover)", n, name)
+			}
+		}
+		obs.RollStep = fmt.Sprintf("moving the leadership of %d shards off %s before its restart", n, name)
+		return rollRetry, nil
+	}
+	var behind []string
+	for _, sh := range shards.Items {
+		if slices.Contains(sh.Spec.Replicas, name) && !fullyCaughtUp(&sh) {
+			behind = append(behind, sh.Name)
+		}
+	}
+	if len(behind) > 0 {
+		sort.Strings(behind)
+		obs.RollStep = fmt.Sprintf("waiting for every replica of %s to be caught up before %s restarts", listSome(behind, 5), name)
+		return rollRetry, nil
+	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
 	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("replace pod %s: %w", name, err)
+		return 0, fmt.Errorf("replace pod %s: %w", name, err)
 	}
-	r.event(c, corev1.EventTypeNormal, "BrokerReplaced", "RollingUpdate", "replacing pod %s to apply the cluster spec (%d outdated)", name, len(outdated))
+	r.event(c, corev1.EventTypeNormal, "BrokerReplaced", "RollingUpdate", "replacing pod %s to apply the cluster spec (%d outdated; it led no shard and its shards were caught up)", name, len(outdated))
+	return 0, nil
+}
+
+// markDraining sets (on) or removes the rolling update's
+// felix.dev/drain-leadership mark on b with a merge patch.
+func (r *FelixClusterReconciler) markDraining(ctx context.Context, b *felixv1.FelixBroker, on bool) error {
+	var v *string
+	if on {
+		s := felixv1.RollingUpdateDrain
+		v = &s
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{felixv1.AnnotationDrainLeadership: v}}})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, b, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("mark broker %s draining=%v: %w", b.Name, on, err)
+	}
 	return nil
+}
+
+// fullyCaughtUp reports whether sh serves with every replica caught up
+// under its registered id (status.caughtUp n/n, Ready).
+func fullyCaughtUp(sh *felixv1.FelixShard) bool {
+	n := len(sh.Spec.Replicas)
+	return sh.Status.CaughtUp == fmt.Sprintf("%d/%d", n, n) && conditionTrue(sh.Status.Conditions, felixv1.ConditionReady)
+}
+
+// listSome joins at most n names, saying how many more there are.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // scaleDown removes brokers beyond the desired size that hold no shard

@@ -28,6 +28,10 @@ type clusterObservation struct {
 	// to be ready.
 	Outdated    int
 	RollWaiting bool
+	// RollStep says what the rolling update waits for before it replaces
+	// the next pod (leaderships to move, shards to catch up), "" if
+	// nothing.
+	RollStep string
 	// RestoreWaiting names the FelixBackup a restored cluster waits for
 	// (missing or not Completed); its volumes and pods are not created.
 	RestoreWaiting string
@@ -99,6 +103,9 @@ func clusterStatus(obs clusterObservation) (int32, []metav1.Condition) {
 		msg := fmt.Sprintf("rolling update: %d broker pods run an outdated spec; one is replaced at a time", obs.Outdated)
 		if obs.RollWaiting {
 			msg += ", once every broker pod is ready and the outdated brokers' certificates can be issued"
+		}
+		if obs.RollStep != "" {
+			msg += "; " + obs.RollStep
 		}
 		conds = append(conds, cond(felixv1.ConditionProgressing, true, "RollingUpdate", msg))
 	case len(unregistered) > 0:

@@ -83,8 +83,12 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	registry := map[string]placement.Broker{}
 	registeredIDs := map[string]string{}
+	draining := map[string]bool{}
 	for i := range brokers.Items {
 		b := &brokers.Items[i]
+		if b.Annotations[felixv1.AnnotationDrainLeadership] != "" {
+			draining[b.Name] = true
+		}
 		hb, ok := r.Heartbeats.Get(types.NamespacedName{Namespace: b.Namespace, Name: b.Name})
 		registry[b.Name] = registryEntry(b, hb, ok)
 		registeredIDs[b.Name] = b.Status.StorageID
@@ -114,6 +118,7 @@ func (r *FelixShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		MaxClockSkew:   r.MaxClockSkew,
 		Preferred:      preferred,
 		PreferredAfter: settle,
+		Draining:       draining,
 	})
 	if d.Action == placement.Promote && sh.Spec.FirstEpoch > 0 && d.Epoch < uint64(sh.Spec.FirstEpoch) {
 		// A restored shard: its logs may hold records up to FirstEpoch-1,
@@ -257,6 +262,11 @@ func (r *FelixShardReconciler) emit(sh *felixv1.FelixShard, d placement.Decision
 		if before.Assignment != nil {
 			prev = fmt.Sprintf(" after %s at epoch %d", before.Assignment.Leader, before.Assignment.Epoch)
 		}
+		if d.Reason == placement.ReasonLeaderDrain {
+			r.Events.Eventf(sh, nil, corev1.EventTypeNormal, "Switchover", "Place", "%s leads at epoch %d%s: leadership moved off a draining broker (%s; planned: caught up under its storage id); counted: %s",
+				d.Leader, d.Epoch, prev, felixv1.AnnotationDrainLeadership, countedList(d.Counted))
+			return
+		}
 		if d.Reason == placement.ReasonPreferredLeader {
 			asked := "the preferred replica"
 			if sh.Annotations[felixv1.AnnotationPreferredLeader] == d.Leader {
@@ -304,7 +314,8 @@ func (r *FelixShardReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return o.Status.State != n.Status.State || o.Status.Incarnation != n.Status.Incarnation || o.Status.StorageID != n.Status.StorageID
+			return o.Status.State != n.Status.State || o.Status.Incarnation != n.Status.Incarnation || o.Status.StorageID != n.Status.StorageID ||
+				o.Annotations[felixv1.AnnotationDrainLeadership] != n.Annotations[felixv1.AnnotationDrainLeadership]
 		},
 	}
 	return ctrl.NewControllerManagedBy(mgr).

@@ -87,6 +87,20 @@ type RegistrationRequest struct {
 	PeerAddress string `json:"peerAddress,omitempty"`
 }
 
+// AnnotationDrainLeadership on a FelixBroker asks the operator to move the
+// leadership of every shard the broker leads to another replica, each in
+// a planned promotion once a replica is caught up under its registered
+// storage id [CP-1], and to give the broker no leadership back (leader
+// balancing, switchovers) while it is set. The rolling update sets it to
+// RollingUpdateDrain on the broker it restarts next and removes it once
+// the broker runs the new spec; any other value is an operator's own
+// (maintenance) and stays until removed.
+const AnnotationDrainLeadership = "felix.dev/drain-leadership"
+
+// RollingUpdateDrain is the value of AnnotationDrainLeadership the rolling
+// update sets and removes.
+const RollingUpdateDrain = "rolling-update"
+
 // FelixBroker is the registration record of one broker.
 //
 // +kubebuilder:object:root=true

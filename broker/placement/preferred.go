@@ -3,8 +3,8 @@ package placement
 import "slices"
 
 // preferredLeader decides for a shard whose leader is healthy: keep it, or
-// move leadership to the preferred replica (Input.Preferred) in a planned
-// promotion.
+// move leadership to the preferred replica (Input.Preferred), or away
+// from a draining leader (Input.Draining), in a planned promotion.
 //
 // A planned promotion is a promotion like any other: the new leader
 // recovers from a quorum of the replicas counted here and fences at a new
@@ -27,11 +27,15 @@ import "slices"
 // the settling time is missing).
 func preferredLeader(in Input, a Assignment) Decision {
 	keep := Decision{Action: Keep, Leader: a.Leader, Epoch: a.Epoch, LeaderIncarnation: a.LeaderIncarnation}
-	p, rep := in.Preferred, in.Report
-	if p == "" || p == a.Leader || rep == nil || !slices.Contains(in.Replicas, p) {
+	rep := in.Report
+	if rep == nil || rep.Leader != a.Leader || rep.Epoch != a.Epoch || rep.LeaderIncarnation != a.LeaderIncarnation {
 		return keep
 	}
-	if rep.Leader != a.Leader || rep.Epoch != a.Epoch || rep.LeaderIncarnation != a.LeaderIncarnation {
+	if in.Draining[a.Leader] {
+		return drainLeader(in, a, keep)
+	}
+	p := in.Preferred
+	if p == "" || p == a.Leader || !slices.Contains(in.Replicas, p) || in.Draining[p] {
 		return keep
 	}
 	b, ok := in.Brokers[p]
@@ -44,12 +48,44 @@ func preferredLeader(in Input, a Assignment) Decision {
 	}
 	cands, counted := assess(in, a)
 	i := slices.IndexFunc(cands, func(c Candidate) bool { return c.Broker == p })
-	if i < 0 || cands[i].Verdict != Eligible || !cands[i].IDMatch {
-		return keep
-	}
-	if holding(in, counted) < quorum(in.Replicas) {
+	if i < 0 || !plannable(in, cands[i]) || holding(in, counted) < quorum(in.Replicas) {
 		return keep
 	}
 	return Decision{Action: Promote, Reason: ReasonPreferredLeader, Leader: p, Epoch: a.Epoch + 1,
 		LeaderIncarnation: b.Incarnation, Counted: counted, Candidates: cands}
+}
+
+// drainLeader moves leadership away from a healthy, draining leader to
+// the replica a planned promotion may take: the preferred one when it
+// qualifies, else the first qualifying candidate in assess's order
+// (highest confirmed first). No settle time: the leader is about to go.
+func drainLeader(in Input, a Assignment, keep Decision) Decision {
+	cands, counted := assess(in, a)
+	if holding(in, counted) < quorum(in.Replicas) {
+		return keep
+	}
+	pick := -1
+	for i, c := range cands {
+		if c.Broker == a.Leader || in.Draining[c.Broker] || !plannable(in, c) {
+			continue
+		}
+		if pick < 0 || c.Broker == in.Preferred {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return keep
+	}
+	to := cands[pick].Broker
+	return Decision{Action: Promote, Reason: ReasonLeaderDrain, Leader: to, Epoch: a.Epoch + 1,
+		LeaderIncarnation: in.Brokers[to].Incarnation, Counted: counted, Candidates: cands}
+}
+
+// plannable says whether a planned promotion may take candidate c: Up
+// with a registered id, Eligible under [CP-1] and [CP-2] with its
+// reported id equal to its registered one (a broker without an id is
+// never chosen for a planned change: nothing forces the risk).
+func plannable(in Input, c Candidate) bool {
+	b, ok := in.Brokers[c.Broker]
+	return ok && b.State == Up && b.StorageID != "" && c.Verdict == Eligible && c.IDMatch
 }

@@ -110,3 +110,69 @@ func TestPreferredLeader_ConvergesAndStays(t *testing.T) {
 		t.Fatalf("second decision %s %s, want Keep b", d2.Action, d2.Leader)
 	}
 }
+
+// TestLeaderDrain: a healthy leader that is draining hands leadership to
+// a replica caught up under its registered id (the preferred one when it
+// qualifies, else the one that confirmed the most), at once, in a planned
+// promotion; when none qualifies it keeps the shard; a draining replica is
+// never a planned target.
+func TestLeaderDrain(t *testing.T) {
+	drain := func(names ...string) func(in *Input) {
+		return func(in *Input) {
+			in.Draining = map[string]bool{}
+			for _, n := range names {
+				in.Draining[n] = true
+			}
+		}
+	}
+	cases := []struct {
+		name   string
+		edit   func(in *Input)
+		action Action
+		leader string
+		reason Reason
+	}{
+		{"nothing draining: balance as usual", func(*Input) {}, Promote, "b", ReasonPreferredLeader},
+		{"leader draining: to the preferred replica", drain("a"), Promote, "b", ReasonLeaderDrain},
+		{"leader draining, balancing off: the one that confirmed the most", func(in *Input) {
+			drain("a")(in)
+			in.Preferred = ""
+		}, Promote, "b", ReasonLeaderDrain},
+		{"leader draining, preferred just restarted: no settle time", func(in *Input) {
+			drain("a")(in)
+			setBroker(in, "b", func(b *Broker) { b.RegisteredAt = in.Now.Add(-time.Second) })
+		}, Promote, "b", ReasonLeaderDrain},
+		{"leader and preferred draining: the next caught-up replica", drain("a", "b"), Promote, "c", ReasonLeaderDrain},
+		{"preferred lost its disk [CP-1]: the next caught-up replica", func(in *Input) {
+			drain("a")(in)
+			setBroker(in, "b", func(b *Broker) { b.StorageID = "B2" })
+		}, Promote, "c", ReasonLeaderDrain},
+		{"no other replica caught up: the leader stays", func(in *Input) {
+			drain("a", "b", "c")(in)
+		}, Keep, "a", ReasonNone},
+		{"preferred draining, leader not: no balance to it", drain("b"), Keep, "a", ReasonNone},
+		{"report expired [CP-2]: the leader stays", func(in *Input) {
+			drain("a")(in)
+			in.Now = t0.Add(limit + time.Second)
+		}, Keep, "a", ReasonNone},
+		{"too few counted: the leader stays", func(in *Input) {
+			drain("a")(in)
+			setBroker(in, "c", func(b *Broker) { b.StorageID = "C2" })
+			setBroker(in, "d", func(b *Broker) { b.StorageID = "D2" })
+			setBroker(in, "b", func(b *Broker) { b.StorageID = "B2" })
+		}, Keep, "a", ReasonNone},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := healthy()
+			tc.edit(&in)
+			d := Decide(in)
+			if d.Action != tc.action || d.Leader != tc.leader || (d.Action == Promote && d.Reason != tc.reason) {
+				t.Fatalf("got %s %s (%s), want %s %s (%s)", d.Action, d.Leader, d.Reason, tc.action, tc.leader, tc.reason)
+			}
+			if d.Action == Promote && (d.Epoch != in.Assignment.Epoch+1 || d.Counted[d.Leader] != in.Brokers[d.Leader].StorageID) {
+				t.Fatalf("promotion %+v: want epoch %d counting %s under its registered id", d, in.Assignment.Epoch+1, d.Leader)
+			}
+		})
+	}
+}

@@ -157,6 +157,15 @@ type Input struct {
 	// incarnation for PreferredAfter and the current leader's fresh report
 	// counts it caught up under its registered id [CP-1].
 	Preferred string
+	// Draining names brokers whose leaderships should move away before a
+	// planned restart (a rolling update, maintenance). While the current
+	// leader is draining and healthy, Decide moves leadership to another
+	// replica in a planned promotion (ReasonLeaderDrain) under the same
+	// conditions as the preferred one, the preferred replica first when it
+	// qualifies, else the eligible one that confirmed the most, with no
+	// settle time; when none qualifies, the leader stays. A draining broker
+	// is never the target of a planned promotion. Failovers ignore it.
+	Draining map[string]bool
 	// PreferredAfter is how long the preferred replica must have been
 	// registered at its current incarnation before leadership moves to
 	// it: a broker that just restarted is let settle (and a flapping one
@@ -251,6 +260,10 @@ const (
 	// once it is caught up under its registered id; the new leader fences
 	// at a new epoch exactly as after a failover.
 	ReasonPreferredLeader
+	// ReasonLeaderDrain: a planned leader change while the current leader
+	// is healthy and draining (Input.Draining), to a replica caught up
+	// under its registered id; the new leader fences at a new epoch.
+	ReasonLeaderDrain
 )
 
 // String returns the reason as a CamelCase condition reason.
@@ -278,6 +291,8 @@ func (r Reason) String() string {
 		return "TooFewCounted"
 	case ReasonPreferredLeader:
 		return "PreferredLeader"
+	case ReasonLeaderDrain:
+		return "LeaderDrain"
 	default:
 		return fmt.Sprintf("Reason(%d)", uint8(r))
 	}

@@ -73,6 +73,11 @@ type Config struct {
 	// healthy, leadership moves to it in a planned promotion once it has
 	// settled and is caught up under its registered id.
 	PreferredLeader bool
+	// DrainLeader marks one broker (chosen by the seed) draining, as a
+	// rolling update does with the broker it restarts next: while it leads
+	// and is healthy, placement moves leadership away from it in a planned
+	// promotion to a replica caught up under its registered id.
+	DrainLeader bool
 }
 
 // Invariant names a checked property. A Failure carries one.
@@ -156,7 +161,8 @@ type Stats struct {
 	// placement.Reason.
 	Promotions int
 	Waits      map[string]int
-	// Switchovers counts the promotions that were planned moves to the
+	// Switchovers counts the planned promotions (to the preferred
+	// replica, or away from a draining leader); formerly only moves to the
 	// preferred replica (Config.PreferredLeader).
 	Switchovers int
 	// Rotations counts starts that took a new storage id (first starts

@@ -99,6 +99,9 @@ func (s *simulation) placementInput() placement.Input {
 		in.Preferred = string(s.nodes[s.cfg.Seed%uint64(len(s.nodes))].id)
 		in.PreferredAfter = preferredSettleTicks * time.Second
 	}
+	if s.cfg.DrainLeader {
+		in.Draining = map[string]bool{string(s.nodes[(s.cfg.Seed+1)%uint64(len(s.nodes))].id): true}
+	}
 	if cp.assign != nil {
 		a := *cp.assign
 		in.Assignment = &a
@@ -162,7 +165,7 @@ func (s *simulation) decide() {
 	cp.waiting = ""
 	s.checkPromotion(d)
 	s.stats.Promotions++
-	if d.Reason == placement.ReasonPreferredLeader {
+	if d.Reason == placement.ReasonPreferredLeader || d.Reason == placement.ReasonLeaderDrain {
 		s.stats.Switchovers++
 	}
 	a := &placement.Assignment{Leader: d.Leader, Epoch: d.Epoch, LeaderIncarnation: d.LeaderIncarnation,

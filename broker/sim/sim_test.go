@@ -19,6 +19,7 @@ var (
 	flagOff    = flag.String("sim.off", "", "with -sim.seed: switch rules off (rp3,rp4,rp5,fence,cp1,cp1fresh,id3), as a twin does")
 	flagLegacy = flag.Bool("sim.legacy", false, "with -sim.seed: about half the brokers are older builds without storage ids")
 	flagPrefer = flag.Bool("sim.preferred", false, "with -sim.seed: placement moves leadership to a preferred replica (TestSim_PreferredLeader)")
+	flagDrain  = flag.Bool("sim.drain", false, "with -sim.seed: one broker drains its leaderships (TestSim_LeaderDrain)")
 )
 
 // outcome is one seed's result in a sweep.
@@ -86,6 +87,9 @@ func replayReport(cfg Config, f *Failure) string {
 	if cfg.PreferredLeader {
 		b.WriteString(" -sim.preferred")
 	}
+	if cfg.DrainLeader {
+		b.WriteString(" -sim.drain")
+	}
 	if off := cfg.Off(); off != "" {
 		b.WriteString(" -sim.off " + off)
 	}
@@ -105,7 +109,7 @@ func TestSim(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := Config{Seed: *flagSeed, Steps: *flagSteps, Keep: keep, Trace: true, LegacyPeers: *flagLegacy,
-			PreferredLeader: *flagPrefer}
+			PreferredLeader: *flagPrefer, DrainLeader: *flagDrain}
 		if err := cfg.ParseOff(*flagOff); err != nil {
 			t.Fatal(err)
 		}
@@ -166,6 +170,20 @@ func TestSim_PreferredLeader(t *testing.T) {
 	}
 	if total.Switchovers == 0 {
 		t.Fatalf("no planned promotion in %d seeds: the sweep did not exercise switchovers", n)
+	}
+}
+
+// TestSim_LeaderDrain runs a quarter of the seeds with one broker
+// draining: every time it leads while healthy, placement moves leadership
+// away in a planned promotion; every invariant must hold.
+func TestSim_LeaderDrain(t *testing.T) {
+	n := max(*flagSeeds/4, 1)
+	total, failed, msg := sweepSummary(t, Config{Steps: *flagSteps, DrainLeader: true}, n)
+	if failed > 0 {
+		t.Fatal(msg)
+	}
+	if total.Switchovers == 0 {
+		t.Fatalf("no planned promotion in %d seeds: the sweep did not exercise drains", n)
 	}
 }
 

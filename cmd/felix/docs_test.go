@@ -58,6 +58,8 @@ var (
 	docFlag = regexp.MustCompile(`(?:^|[^A-Za-z0-9_-])--([a-z][a-z0-9-]*[a-z0-9])`)
 	// goFlag is a flag defined with the standard flag package.
 	goFlag = regexp.MustCompile(`flag\.[A-Z][A-Za-z0-9]*\(\s*(?:&[^,]+,\s*)?"([a-z][a-z0-9.-]*)"`)
+	// cobraFlag is a flag a cobra command defines (kubectl-felix).
+	cobraFlag = regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Uint32|Uint64|Duration|StringArray)(?:Var)?P?\(\s*(?:&[^,]+,\s*)?"([a-z][a-z0-9-]*)"`)
 	// shellFlag is an option a hack/ script's case statement accepts.
 	shellFlag = regexp.MustCompile(`(?m)^\s*(?:[^)\n]*\|\s*)?--([a-z][a-z0-9-]*)\s*(?:\|[^)\n]*)?\)`)
 )
@@ -68,6 +70,11 @@ var otherPrograms = []string{
 	"cmd/felix-csi-hostpath/main.go",
 	"cmd/felix-dev/main.go",
 	"cmd/felix-sim/main.go",
+	"cmd/kubectl-felix/main.go",
+	"cmd/kubectl-felix/status.go",
+	"cmd/kubectl-felix/shards.go",
+	"cmd/kubectl-felix/switchover.go",
+	"cmd/kubectl-felix/backup.go",
 	"hack/natsbench/main.go",
 	"hack/check-models.sh",
 	"hack/bench-peer.sh",
@@ -97,7 +104,6 @@ var outsideFlags = map[string]string{
 	"type":             "kubectl patch",
 	"signal":           "docker kill",
 	"user":             "docker run",
-	"wait":             "kubectl delete",
 }
 
 // programFlags returns the flags the other programs define, by name, with
@@ -110,12 +116,14 @@ func programFlags(t *testing.T) map[string][]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		re := goFlag
+		res := []*regexp.Regexp{goFlag, cobraFlag}
 		if strings.HasSuffix(p, ".sh") {
-			re = shellFlag
+			res = []*regexp.Regexp{shellFlag}
 		}
-		for _, m := range re.FindAllSubmatch(data, -1) {
-			out[string(m[1])] = append(out[string(m[1])], p)
+		for _, re := range res {
+			for _, m := range re.FindAllSubmatch(data, -1) {
+				out[string(m[1])] = append(out[string(m[1])], p)
+			}
 		}
 	}
 	return out

@@ -328,10 +328,17 @@ func (tn *tenant) appendAcked(stream string, n, batch, size int, prefix string) 
 // serves once it has fenced the shard).
 func (tn *tenant) readAll(addr, stream string) map[uint64]record.Record {
 	tn.t.Helper()
+	return tn.readShard(addr, record.ShardID{Stream: stream})
+}
+
+// readShard reads every committed record of shard from the broker at
+// addr, retrying the whole read for up to a minute.
+func (tn *tenant) readShard(addr string, shard record.ShardID) map[uint64]record.Record {
+	tn.t.Helper()
 	var out map[uint64]record.Record
 	var err error
-	eventually(tn.t, "a full read of "+stream+" from "+addr, time.Minute, func() (bool, string) {
-		out, err = tn.tryReadAll(addr, stream)
+	eventually(tn.t, "a full read of "+shard.String()+" from "+addr, time.Minute, func() (bool, string) {
+		out, err = tn.tryReadShard(addr, shard)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -341,6 +348,10 @@ func (tn *tenant) readAll(addr, stream string) map[uint64]record.Record {
 }
 
 func (tn *tenant) tryReadAll(addr, stream string) (map[uint64]record.Record, error) {
+	return tn.tryReadShard(addr, record.ShardID{Stream: stream})
+}
+
+func (tn *tenant) tryReadShard(addr string, shard record.ShardID) (map[uint64]record.Record, error) {
 	ctx, cancel := context.WithTimeout(tn.ctx, 30*time.Second)
 	defer cancel()
 	cl, err := tn.dial(ctx, addr)
@@ -349,7 +360,7 @@ func (tn *tenant) tryReadAll(addr, stream string) (map[uint64]record.Record, err
 	}
 	defer cl.Close()
 	out := map[uint64]record.Record{}
-	req := wire.ReadRequest{Shard: record.ShardID{Stream: stream}, From: wire.FromEarliest, MaxRecords: 1000}
+	req := wire.ReadRequest{Shard: shard, From: wire.FromEarliest, MaxRecords: 1000}
 	for {
 		r, err := cl.Read(ctx, req)
 		if err != nil {

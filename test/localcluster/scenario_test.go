@@ -104,6 +104,11 @@ func TestLocalCluster(t *testing.T) {
 		defer tn.close()
 		scenarioLeaderBalance(tn)
 	})
+	ts.run(t, "RollingRestart_NoFailoverNoLoss", func(t *testing.T) {
+		tn := newTenant(t, ctx, lc, "rolling", 3, felixv1.FsyncPeriodic)
+		defer tn.close()
+		scenarioRollingRestart(tn)
+	})
 	ts.run(t, "Nemesis", func(t *testing.T) { scenarioNemesis(t, ctx, lc, duration, false, power) })
 }
 
