@@ -180,9 +180,11 @@ func (s tlsSettings) load(host string) (clientTLS, error) {
 	return out, nil
 }
 
-// options returns the client options of a resolved TLS setting.
+// options returns the client options of a resolved TLS setting. The
+// features include idempotent appends (offered to every broker, used only
+// by append --idempotent).
 func (c clientTLS) options() client.Options {
-	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata, TLS: c.conf}
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent, TLS: c.conf}
 }
 
 // dialOptions resolves the TLS flags against the environment, reads the
