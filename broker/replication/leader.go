@@ -216,7 +216,7 @@ func (r *Replica) onAppendResp(m Message) {
 	}
 	c.known = true
 	if m.Pass == r.pass {
-		c.answered = r.pass
+		c.answered, c.answeredOn = r.pass, m.Conn
 	}
 	if !stalled {
 		r.ship(p, l)
@@ -358,6 +358,20 @@ func (r *Replica) releaseAcks(l record.LogKind) {
 }
 
 // report describes the pass that is ending [RP-6].
+//
+// A follower is caught up when its confirmed position reaches the
+// committed one on every log under the cursor's id and it answered: in
+// this pass, or, for a follower presenting a storage id, in an earlier
+// pass of this leadership over the connection it still has. Under one
+// storage id the prefix a follower holds only grows ([ID-3] rotates the id
+// whenever a directory may hold less), so a pass without its answer (a
+// slow disk, a busy machine) takes nothing from what its earlier answers
+// proved; reporting it behind for that would, if the leader died then,
+// leave placement no follower to promote and the shard waiting for ever
+// [CP-3]. A new connection (a restart, a reconnect) must be answered
+// again. A follower without an id must answer the pass itself: only
+// asking can show it lost its log [RP-4], and placement takes the pass's
+// start as a lower bound of when it answered [CP-1].
 func (r *Replica) report() *Report {
 	rep := &Report{
 		Shard: r.cfg.Shard, Epoch: r.epoch, Leader: r.cfg.Self,
@@ -370,17 +384,23 @@ func (r *Replica) report() *Report {
 		if p.cursorIDKnown {
 			fr.StorageID = p.cursorID
 		}
+		// held: every log answered over the current connection in some
+		// pass of this leadership (the cursors are reset when it starts).
+		held := p.connOK && p.cursorIDKnown && p.cursorID != ""
 		for _, l := range record.LogKinds {
 			c := &p.cursors[l]
 			fr.Confirmed[l] = c.confirmed
 			if !r.counts(p, l) {
 				fr.Answered = false
 			}
+			if c.answered == 0 || c.answeredOn != p.conn {
+				held = false
+			}
 			if c.confirmed < r.committed[l] {
 				fr.CaughtUp = false
 			}
 		}
-		fr.CaughtUp = fr.CaughtUp && fr.Answered && p.cursorIDKnown
+		fr.CaughtUp = fr.CaughtUp && (fr.Answered || held) && p.cursorIDKnown
 		rep.Followers = append(rep.Followers, fr)
 	}
 	return rep

@@ -85,6 +85,10 @@ type cursor struct {
 	inflight  int
 	conn      ConnID // the connection next and inflight were sent over
 	known     bool   // confirmed comes from an answer under the cursor's id
+	// answeredOn is the connection the last counted answer came over: a
+	// report keeps a follower with a storage id caught up between answers
+	// while it keeps that connection (report, leader.go).
+	answeredOn ConnID
 }
 
 // New builds a replica from its durable log state. The replica starts as a

@@ -100,7 +100,9 @@ func TestRP3_TwinCountsAnEmptyFollower(t *testing.T) {
 
 // TestRP4_IdlePassAsksEveryFollower: on an idle shard every pass sends one
 // request per log to every follower, and a follower that does not answer is
-// not counted and not caught up.
+// not counted. Its report line says it did not answer; it stays caught up
+// only under a storage id, over the connection it answered on (below, and
+// TestRP6_SilentFollowersStayCaughtUp).
 func TestRP4_IdlePassAsksEveryFollower(t *testing.T) {
 	c := started(t, []string{"a", "b", "c"}, "a", 2, Rules{})
 	c.tick(1)
@@ -122,10 +124,58 @@ func TestRP4_IdlePassAsksEveryFollower(t *testing.T) {
 	c.stabilize()
 	c.tick(1)
 	for _, f := range c.reports["a"].Followers {
-		if want := f.Node == "b"; f.CaughtUp != want || f.Answered != want {
-			t.Fatalf("%s: answered=%t caught-up=%t, want %t", f.Node, f.Answered, f.CaughtUp, want)
+		if want := f.Node == "b"; f.Answered != want || !f.CaughtUp {
+			t.Fatalf("%s: answered=%t caught-up=%t, want answered=%t, caught up", f.Node, f.Answered, f.CaughtUp, want)
 		}
 	}
+}
+
+// TestRP4_SilentFollowerWithoutIDNotCaughtUp: a follower that presents no
+// storage id is caught up only in a pass it answered: only asking can show
+// that it lost its log [RP-4], and placement takes the pass's start as a
+// lower bound of when it answered [CP-1]. A follower with an id that comes
+// back over a new connection (a restart, a reconnect) is caught up again
+// only once it answers over it.
+func TestRP4_SilentFollowerWithoutIDNotCaughtUp(t *testing.T) {
+	caughtUp := func(c *cluster, n NodeID) (answered, caughtUp bool) {
+		t.Helper()
+		for _, f := range c.reports["a"].Followers {
+			if f.Node == n {
+				return f.Answered, f.CaughtUp
+			}
+		}
+		t.Fatalf("no report line for %s", n)
+		return false, false
+	}
+	t.Run("no id", func(t *testing.T) {
+		c := started(t, []string{"a", "b", "c"}, "a", 2, Rules{})
+		c.nodes["c"].sid = "" // an older build: its connections present no id
+		c.connect("a", "c")
+		c.tick(2)
+		if ans, up := caughtUp(c, "c"); !ans || !up {
+			t.Fatalf("c without an id, answering: answered=%t caught-up=%t", ans, up)
+		}
+		c.drop = func(m Message) bool { return m.From == "c" }
+		c.tick(2) // the first reports the pass before the silence
+		if ans, up := caughtUp(c, "c"); ans || up {
+			t.Fatalf("silent c without an id: answered=%t caught-up=%t, want neither", ans, up)
+		}
+	})
+	t.Run("new connection", func(t *testing.T) {
+		c := started(t, []string{"a", "b", "c"}, "a", 2, Rules{})
+		c.tick(1)
+		c.drop = func(m Message) bool { return m.From == "c" }
+		c.connect("a", "c") // same id, new connection
+		c.tick(2)
+		if ans, up := caughtUp(c, "c"); ans || up {
+			t.Fatalf("c silent over a new connection: answered=%t caught-up=%t, want neither", ans, up)
+		}
+		c.drop = nil
+		c.tick(2)
+		if ans, up := caughtUp(c, "c"); !ans || !up {
+			t.Fatalf("c answering over its new connection: answered=%t caught-up=%t", ans, up)
+		}
+	})
 }
 
 // TestRP4_TwinEndsUpToDateWithoutAsking: with the rule off an idle pass

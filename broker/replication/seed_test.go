@@ -261,3 +261,73 @@ func TestRP6_SeedStory_WaitsWithBDown(t *testing.T) {
 	}
 	t.Fatalf("shard did not wait visibly: %+v", cp.decide())
 }
+
+// TestRP6_SilentFollowersStayCaughtUp is the nemesis-h stall of 2 December
+// (docs/testing.md): both followers hold everything committed and keep
+// their connections, but their answers stop arriving within the leader's
+// passes (their disks or the machine stall) for several passes; the
+// leader dies then. Its last report must still call them caught up under
+// their ids, or placement has no follower to promote and the shard waits
+// for ever [CP-3]. Nothing is counted meanwhile [RP-5]: the record
+// proposed during the silence is not acknowledged. One follower is
+// promoted and no acknowledged record is lost.
+func TestRP6_SilentFollowersStayCaughtUp(t *testing.T) {
+	c := newCluster(t, []string{"a", "b", "c"}, 1, Rules{})
+	cp := newControlPlane(c)
+	if d := cp.decide(); d.Action != placement.Promote || d.Leader != "a" {
+		t.Fatalf("first assignment: %+v", d)
+	}
+	c.stabilize()
+	for i := 1; i <= 5; i++ {
+		c.propose("a", ProposalID(i), AckQuorum, fmt.Sprintf("r%d", i))
+		c.stabilize()
+		if a, ok := c.acks[ProposalID(i)]; !ok || a.Err != nil {
+			t.Fatalf("proposal %d not acknowledged: %+v", i, a)
+		}
+	}
+	cp.run(2)
+	for _, f := range cp.report.Followers {
+		if !f.CaughtUp {
+			t.Fatalf("before the silence: %+v", f)
+		}
+	}
+	c.drop = func(m Message) bool { return m.From == "b" || m.From == "c" }
+	c.propose("a", 6, AckQuorum, "r6")
+	c.tick(1) // reports the pass before the silence
+	cp.step()
+	for i := 0; i < 5; i++ {
+		c.tick(1)
+		rep := c.reports["a"]
+		for _, f := range rep.Followers {
+			if f.Answered || f.Confirmed[record.LogData] < rep.Position[record.LogData] {
+				t.Fatalf("pass %d of the silence: %s answered=%t confirmed=%d position=%d",
+					rep.Pass, f.Node, f.Answered, f.Confirmed[record.LogData], rep.Position[record.LogData])
+			}
+		}
+		cp.step()
+	}
+	if a, ok := c.acks[6]; ok && a.Err == nil {
+		t.Fatalf("r6 acknowledged with no follower answering: %+v", a)
+	}
+	for _, f := range cp.report.Followers {
+		if !f.CaughtUp {
+			t.Errorf("the leader's last report before it died: %+v (a follower that only stopped answering is reported behind)", f)
+		}
+	}
+	c.crash("a")
+	c.drop = nil
+	for i := 0; i < 10 && c.assign.Leader == "a"; i++ {
+		cp.run(1)
+		if d := cp.decide(); d.Action == placement.Wait && cp.down["a"] {
+			t.Fatalf("the shard waits after its leader died: %+v", d)
+		}
+	}
+	if c.assign.Leader == "a" || c.assign.Epoch != 2 {
+		t.Fatalf("assignment %+v, want b or c at epoch 2", c.assign)
+	}
+	cp.run(3)
+	if got := c.leader(); got != c.assign.Leader {
+		t.Fatalf("serving leader %q, want %s\n%s", got, c.assign.Leader, c.statusLines())
+	}
+	assertNoLoss(t, c, c.assign.Leader, 5)
+}
