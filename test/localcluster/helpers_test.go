@@ -132,9 +132,12 @@ func (tn *tenant) get(name string, obj client.Object) error {
 }
 
 // shard is FelixShard <stream>-0, nil if it cannot be read.
-func (tn *tenant) shard(stream string) *felixv1.FelixShard {
+func (tn *tenant) shard(stream string) *felixv1.FelixShard { return tn.shardNamed(stream + "-0") }
+
+// shardNamed is FelixShard name, nil if it does not exist (yet).
+func (tn *tenant) shardNamed(name string) *felixv1.FelixShard {
 	var s felixv1.FelixShard
-	if err := tn.get(stream+"-0", &s); err != nil {
+	if err := tn.get(name, &s); err != nil {
 		return nil
 	}
 	return &s
@@ -174,9 +177,16 @@ func (tn *tenant) all() string { return fmt.Sprintf("%d/%d", tn.brokers, tn.brok
 // caught up, and returns the shard.
 func (tn *tenant) caughtUp(stream string, timeout time.Duration) *felixv1.FelixShard {
 	tn.t.Helper()
+	return tn.shardCaughtUp(stream+"-0", timeout)
+}
+
+// shardCaughtUp waits until FelixShard name is led with every replica
+// caught up.
+func (tn *tenant) shardCaughtUp(name string, timeout time.Duration) *felixv1.FelixShard {
+	tn.t.Helper()
 	var s *felixv1.FelixShard
-	eventually(tn.t, stream+" led with every replica caught up", timeout, func() (bool, string) {
-		s = tn.shard(stream)
+	eventually(tn.t, name+" led with every replica caught up", timeout, func() (bool, string) {
+		s = tn.shardNamed(name)
 		if s == nil || s.Status.Assignment == nil {
 			return false, "no assignment"
 		}
@@ -345,10 +355,6 @@ func (tn *tenant) readShard(addr string, shard record.ShardID) map[uint64]record
 		return true, ""
 	})
 	return out
-}
-
-func (tn *tenant) tryReadAll(addr, stream string) (map[uint64]record.Record, error) {
-	return tn.tryReadShard(addr, record.ShardID{Stream: stream})
 }
 
 func (tn *tenant) tryReadShard(addr string, shard record.ShardID) (map[uint64]record.Record, error) {

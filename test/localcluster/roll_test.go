@@ -69,7 +69,7 @@ func scenarioRollingRestart(tn *tenant) {
 		t.Fatal(err)
 	}
 	for i := range shards {
-		tn.caughtUp(fmt.Sprintf("%s-%d", stream, i), 3*time.Minute)
+		tn.shardCaughtUp(fmt.Sprintf("%s-%d", stream, i), 3*time.Minute)
 	}
 	cfg, err := tn.user.config(tn.ctx)
 	if err != nil {
@@ -145,7 +145,7 @@ func scenarioRollingRestart(tn *tenant) {
 	})
 	took := time.Since(start)
 	for i := range shards {
-		tn.caughtUp(fmt.Sprintf("%s-%d", stream, i), 3*time.Minute)
+		tn.shardCaughtUp(fmt.Sprintf("%s-%d", stream, i), 3*time.Minute)
 	}
 	stop()
 	wg.Wait()
@@ -160,7 +160,7 @@ func scenarioRollingRestart(tn *tenant) {
 	switchovers, _ := tn.events("Switchover")
 	for _, w := range writers {
 		name := fmt.Sprintf("%s-%d", stream, w.shard.Shard)
-		s := tn.shard(name)
+		s := tn.shardNamed(name)
 		held := tn.readShard(tn.broker(s.Status.Assignment.Leader).Address, w.shard)
 		seen := map[string]bool{}
 		for _, r := range held {
