@@ -50,6 +50,26 @@ type FelixClusterReconciler struct {
 	// ClusterRoleBinding of the same name lists each cluster's broker
 	// ServiceAccount (brokerauth.go).
 	BrokerAuthDelegatorRole string
+	// DefaultBrokerImage is the broker image of a cluster without
+	// spec.image (brokerImage).
+	DefaultBrokerImage string
+}
+
+// brokerImage is the image c's broker pods are built from: spec.image;
+// else, with felix.dev/follow-operator-image "true", the operator's
+// default; else the image resolved before (status.image), so an operator
+// upgrade rolls nothing by surprise; else the operator's default. ""
+// when nothing names one.
+func brokerImage(c *felixv1.FelixCluster, operatorDefault string) string {
+	switch {
+	case c.Spec.Image != "":
+		return c.Spec.Image
+	case c.Annotations[felixv1.AnnotationFollowOperatorImage] == "true" && operatorDefault != "":
+		return operatorDefault
+	case c.Status.Image != "":
+		return c.Status.Image
+	}
+	return operatorDefault
 }
 
 // scaleDownRetry is how often a blocked scale-down looks again (the
@@ -70,6 +90,12 @@ func (r *FelixClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if c.DeletionTimestamp != nil {
 		return ctrl.Result{}, errors.Join(r.deleteBrokerAuthBinding(ctx, c.Namespace, c.Name),
 			r.releaseRestorePoint(ctx, c.Namespace, c.Name, func(string) bool { return false }))
+	}
+	// The pods are built from the resolved image; this copy of the spec
+	// is never written back (only the status is patched).
+	c.Spec.Image = brokerImage(&c, r.DefaultBrokerImage)
+	if c.Spec.Image == "" {
+		return ctrl.Result{}, r.noImage(ctx, &c)
 	}
 	obs := clusterObservation{
 		Desired: c.Spec.Brokers, Blocked: map[string][]string{}, ClaimWaiting: map[string]claimWait{},
@@ -614,6 +640,7 @@ func (r *FelixClusterReconciler) patchStatus(ctx context.Context, c *felixv1.Fel
 	st := c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
 	st.ReadyBrokers = ready
+	st.Image = c.Spec.Image
 	st.Storage = storageStatus(obs.Storage)
 	st.Conditions = setConditions(st.Conditions, c.Generation, now, conds...)
 	if semanticEqual(*st, c.Status) {
@@ -633,6 +660,22 @@ func (r *FelixClusterReconciler) patchStatus(ctx context.Context, c *felixv1.Fel
 		}
 	}
 	return nil
+}
+
+// noImage says, on a cluster without spec.image reconciled by an operator
+// without a default broker image, that nothing can be built.
+func (r *FelixClusterReconciler) noImage(ctx context.Context, c *felixv1.FelixCluster) error {
+	now := metav1.NewTime(r.Clock.Now())
+	st := c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	st.Conditions = setConditions(st.Conditions, c.Generation, now,
+		cond(felixv1.ConditionDegraded, true, "NoImage", "spec.image is empty and the operator has no default broker image (--broker-image): set spec.image"))
+	if semanticEqual(*st, c.Status) {
+		return nil
+	}
+	orig := c.DeepCopy()
+	c.Status = *st
+	return r.Client.Status().Patch(ctx, c, client.MergeFrom(orig), client.FieldOwner(OperatorFieldManager))
 }
 
 func (r *FelixClusterReconciler) event(c *felixv1.FelixCluster, typ, reason, action, note string, args ...any) {

@@ -64,3 +64,6 @@ func ClusterTLSCondition(ctx context.Context, cl client.Client, c *felixv1.Felix
 	obs, err := r.ensureTLS(ctx, c, brokers)
 	return obs.Condition.Reason, obs.Ready, err
 }
+
+// BrokerImage is brokerImage, for its table test.
+var BrokerImage = brokerImage

@@ -54,6 +54,10 @@ type Options struct {
 	// when empty (a namespace-scoped operator cannot update
 	// ClusterRoleBindings).
 	BrokerAuthDelegatorRole string
+	// DefaultBrokerImage is the broker image of FelixClusters without
+	// spec.image (the operator's --broker-image: the image of its own
+	// release).
+	DefaultBrokerImage string
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -82,7 +86,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		setup func(ctrl.Manager) error
 	}{
 		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand,
-			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole}).SetupWithManager},
+			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole, DefaultBrokerImage: opts.DefaultBrokerImage}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},

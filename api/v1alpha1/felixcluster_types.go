@@ -19,9 +19,14 @@ type FelixClusterSpec struct {
 	Brokers int32 `json:"brokers,omitempty"`
 
 	// Image is the container image holding the felix binary; brokers run
-	// `felix broker` from it.
-	// +kubebuilder:validation:MinLength=1
-	Image string `json:"image"`
+	// `felix broker` from it. Empty means the broker image of the
+	// operator's release (its --broker-image), resolved once, when the
+	// cluster is first reconciled, and kept in status.image: upgrading the
+	// operator does not roll the brokers unless spec.image changes or the
+	// cluster carries the annotation felix.dev/follow-operator-image:
+	// "true".
+	// +optional
+	Image string `json:"image,omitempty"`
 
 	// Storage is the persistent volume each broker gets.
 	// +kubebuilder:default={size: "1Gi"}
@@ -103,6 +108,11 @@ type LeaderBalanceSpec struct {
 	SettleTime *metav1.Duration `json:"settleTime,omitempty"`
 }
 
+// AnnotationFollowOperatorImage "true" on a FelixCluster without
+// spec.image makes its brokers follow the operator's default broker image:
+// an operator upgrade then rolls them to the new release's image.
+const AnnotationFollowOperatorImage = "felix.dev/follow-operator-image"
+
 // RestoreSpec names the backup a cluster starts from.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="restore cannot change after creation"
 type RestoreSpec struct {
@@ -164,6 +174,11 @@ type FelixClusterStatus struct {
 	// ReadyBrokers counts brokers that are registered and Up.
 	// +optional
 	ReadyBrokers int32 `json:"readyBrokers,omitempty"`
+
+	// Image is the image the broker pods are built from: spec.image, or
+	// the operator's default as resolved when the cluster had none.
+	// +optional
+	Image string `json:"image,omitempty"`
 
 	// Restore is what a restored cluster took from its backup before it
 	// created any volume from it: the shard epochs the backup recorded
@@ -244,6 +259,7 @@ func (r *RestoreStatus) FirstEpoch(stream string, index int32) int64 {
 // +kubebuilder:printcolumn:name="Brokers",type=integer,JSONPath=`.spec.brokers`
 // +kubebuilder:printcolumn:name="Ready-Brokers",type=integer,JSONPath=`.status.readyBrokers`
 // +kubebuilder:printcolumn:name="Fsync",type=string,JSONPath=`.spec.durability.fsync`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`,priority=1
 // +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.spec.storage.size`,priority=1
 // +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.storage.capacity`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

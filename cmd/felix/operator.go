@@ -15,10 +15,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"felix.dev/felix/controllers"
+	"felix.dev/felix/internal/version"
 )
 
 // operatorOptions are the flags of `felix operator`.
 type operatorOptions struct {
+	brokerImage     string
 	metricsAddr     string
 	metricsSecure   bool
 	metricsCertDir  string
@@ -69,6 +71,7 @@ func newOperatorCmd() *cobra.Command {
 		return pflag.NormalizedName(name)
 	})
 	f.DurationVar(&o.maxClockSkew, "max-clock-skew", controllers.DefaultMaxClockSkew, "how far a broker's clock may run ahead of the operator's; a broker without a storage id is counted only from a view its leader took at least this long after it registered")
+	f.StringVar(&o.brokerImage, "broker-image", DefaultBrokerImage(), "broker image of FelixClusters without spec.image (the chart sets the operator's own image)")
 	f.IntVar(&o.verbosity, "v", 0, "log verbosity (0: changes and errors; 1: every reconcile decision)")
 	return cmd
 }
@@ -122,7 +125,7 @@ func managerOptions(o operatorOptions, logger logr.Logger) ctrl.Options {
 
 // controllerOptions are the reconcilers' options from the flags.
 func controllerOptions(o operatorOptions) controllers.Options {
-	return controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole}
+	return controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole, DefaultBrokerImage: o.brokerImage}
 }
 
 // watchedNamespaces is the manager cache's DefaultNamespaces for
@@ -154,3 +157,8 @@ func metricsOptions(o operatorOptions) metricsserver.Options {
 	}
 	return opts
 }
+
+// DefaultBrokerImage is the operator's default --broker-image: the felix
+// image of its own release, felix:<version> (felix:dev for a development
+// build, the tag make dev and docker-build give the image).
+func DefaultBrokerImage() string { return "felix:" + version.Version }

@@ -193,11 +193,6 @@ apiVersion: felix.dev/v1alpha1
 kind: FelixCluster
 metadata: {name: nobrokers}
 spec: {image: felix:dev, brokers: 0}`, "spec.brokers in body should be greater than or equal to 1"},
-		{"missing image", `
-apiVersion: felix.dev/v1alpha1
-kind: FelixCluster
-metadata: {name: noimage}
-spec: {brokers: 3}`, "spec.image: Required value"},
 		{"shard with duplicate replicas", `
 apiVersion: felix.dev/v1alpha1
 kind: FelixShard
