@@ -115,7 +115,7 @@ func (p *plugin) fixture(t *testing.T, ns string) {
 	c := &felixv1.FelixCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"},
 		Spec: felixv1.FelixClusterSpec{Image: "felix:0.1.0", Brokers: 3}}
 	p.create(t, c, func() {
-		c.Status.ReadyBrokers = 2
+		c.Status.ReadyBrokers, c.Status.Image = 2, "felix:0.1.0"
 		c.Status.Conditions = []metav1.Condition{cond(felixv1.ConditionReady, "False", "BrokersNotReady", "2 of 3 brokers ready")}
 	})
 	ids := []string{"0a1b2c3d4e5f60718293a4b5c6d7e8f9", "1b2c3d4e5f60718293a4b5c6d7e8f90a", ""}

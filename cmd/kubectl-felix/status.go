@@ -200,6 +200,7 @@ func (v *clusterView) render(w io.Writer, now time.Time, events int) error {
 	fmt.Fprintf(w, "Brokers:   %d ready of %d; %d registered Up\n", c.Status.ReadyBrokers, c.Spec.Brokers, up)
 	fmt.Fprintf(w, "Streams:   %d, %d shards: %d serving, %d waiting\n", len(v.streams), len(v.shards), serving, len(waiting))
 	fmt.Fprintf(w, "Fsync:     %s\n", orDash(string(c.Spec.Durability.Fsync)))
+	fmt.Fprintf(w, "Image:     %s\n", orDash(c.Status.Image))
 	if r := c.Spec.Restore; r != nil {
 		fmt.Fprintf(w, "Restored:  from FelixBackup %s\n", r.Backup)
 	}
