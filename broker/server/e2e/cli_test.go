@@ -133,8 +133,15 @@ func (b *brokerProc) stop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("broker exit: %v\n%s", err, b.stderr)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("broker did not stop on SIGTERM")
+	case <-time.After(60 * time.Second):
+		// Ask for the goroutines, so a hang says where it is.
+		_ = b.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-b.exited:
+		case <-time.After(10 * time.Second):
+			_ = b.cmd.Process.Kill()
+		}
+		t.Fatalf("broker did not stop within 60s of SIGTERM; its stderr, with the goroutine dump of SIGQUIT:\n%s", b.stderr)
 	}
 }
 
