@@ -123,23 +123,34 @@ func countedVerdicts(in Input, counted map[string]string) []Candidate {
 }
 
 // firstAssignment leads a new shard at epoch 1 with the first Up replica in
-// replica-set order. Its logs are empty, so every registered replica counts
+// replica-set order that is not draining (a draining one only when no
+// other is up). Its logs are empty, so every registered replica counts
 // under its registered id. A replica that has not registered yet has no id
 // to be counted under: counting it under "" would keep it out of the fence
 // forever once it registers, so it is left out, and the shard waits until
 // a majority of its replicas can be counted.
 func firstAssignment(in Input) Decision {
 	counted := map[string]string{}
-	leader := ""
+	leader, draining := "", ""
 	for _, n := range in.Replicas {
 		b, ok := in.Brokers[n]
 		if !ok || b.State == Left || b.Incarnation == 0 {
 			continue
 		}
 		counted[n] = b.StorageID
-		if leader == "" && b.State == Up {
+		switch {
+		case b.State != Up:
+		case in.Draining[n]:
+			if draining == "" {
+				draining = n
+			}
+		case leader == "":
 			leader = n
 		}
+	}
+	if leader == "" {
+		// Only draining replicas are up: one leads rather than none.
+		leader = draining
 	}
 	if leader == "" {
 		return Decision{Action: Wait, Reason: ReasonNoReplicaUp}

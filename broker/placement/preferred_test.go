@@ -176,3 +176,22 @@ func TestLeaderDrain(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderDrain_NewShard: a new shard's first leader is the first Up
+// replica that is not draining, a draining one only when no other is up.
+func TestLeaderDrain_NewShard(t *testing.T) {
+	in := healthy()
+	in.Assignment, in.Report = nil, nil
+	in.Draining = map[string]bool{"b": true}
+	if d := Decide(in); d.Action != Promote || d.Leader != "a" {
+		t.Fatalf("got %s %s, want a (first Up, not draining)", d.Action, d.Leader)
+	}
+	in.Draining = map[string]bool{"a": true}
+	if d := Decide(in); d.Action != Promote || d.Leader != "b" {
+		t.Fatalf("got %s %s, want b (a drains)", d.Action, d.Leader)
+	}
+	in.Draining = map[string]bool{"a": true, "b": true, "c": true, "d": true, "e": true}
+	if d := Decide(in); d.Action != Promote || d.Leader != "a" {
+		t.Fatalf("got %s %s, want a (every replica drains: the first up)", d.Action, d.Leader)
+	}
+}
