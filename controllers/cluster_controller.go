@@ -53,6 +53,10 @@ type FelixClusterReconciler struct {
 	// DefaultBrokerImage is the broker image of a cluster without
 	// spec.image (brokerImage).
 	DefaultBrokerImage string
+	// RollWaitTimeout bounds a rolling update's wait for one broker's
+	// leaderships to move and shards to catch up; zero means
+	// DefaultRollWaitTimeout.
+	RollWaitTimeout time.Duration
 }
 
 // brokerImage is the image c's broker pods are built from: spec.image;
@@ -494,57 +498,97 @@ func (r *FelixClusterReconciler) rollOne(ctx context.Context, c *felixv1.FelixCl
 	if err := r.Client.List(ctx, &shards, client.InNamespace(c.Namespace), client.MatchingLabels{LabelCluster: c.Name}); err != nil {
 		return 0, err
 	}
+	// A shard with one replica has nowhere to move and nothing to catch
+	// up: its restart is downtime whatever the roll does.
 	leads := map[string]int{}
 	for _, sh := range shards.Items {
-		if a := sh.Status.Assignment; a != nil {
+		if a := sh.Status.Assignment; a != nil && len(sh.Spec.Replicas) > 1 {
 			leads[a.Leader]++
 		}
 	}
 	// Leaders last: the broker leading fewest shards goes first.
 	sort.SliceStable(replaceable, func(i, j int) bool { return leads[replaceable[i]] < leads[replaceable[j]] })
 	name := replaceable[0]
-	if n := leads[name]; n > 0 {
-		for i := range brokers {
-			b := &brokers[i]
-			if b.Name == name && b.Annotations[felixv1.AnnotationDrainLeadership] == "" {
-				if err := r.markDraining(ctx, b, true); err != nil {
-					return 0, err
-				}
+	var victim *felixv1.FelixBroker
+	for i := range brokers {
+		if brokers[i].Name == name {
+			victim = &brokers[i]
+		}
+	}
+	// The next broker to restart is marked draining from the moment it is
+	// chosen: its leaderships move, and none comes back to it meanwhile.
+	since := r.Clock.Now()
+	if victim != nil {
+		if t, err := time.Parse(time.RFC3339, victim.Annotations[AnnotationDrainSince]); err == nil {
+			since = t
+		} else if victim.Annotations[felixv1.AnnotationDrainLeadership] == "" {
+			if err := r.markDraining(ctx, victim, true); err != nil {
+				return 0, err
+			}
+			if n := leads[name]; n > 0 {
 				r.event(c, corev1.EventTypeNormal, "MovingLeadership", "RollingUpdate",
 					"moving the leadership of %d shards off %s before its pod is replaced (planned promotions, no failover)", n, name)
 			}
 		}
-		obs.RollStep = fmt.Sprintf("moving the leadership of %d shards off %s before its restart", n, name)
-		return rollRetry, nil
 	}
 	var behind []string
 	for _, sh := range shards.Items {
-		if slices.Contains(sh.Spec.Replicas, name) && !fullyCaughtUp(&sh) {
+		if len(sh.Spec.Replicas) > 1 && slices.Contains(sh.Spec.Replicas, name) && !fullyCaughtUp(&sh) {
 			behind = append(behind, sh.Name)
 		}
 	}
-	if len(behind) > 0 {
-		sort.Strings(behind)
-		obs.RollStep = fmt.Sprintf("waiting for every replica of %s to be caught up before %s restarts", listSome(behind, 5), name)
-		return rollRetry, nil
+	sort.Strings(behind)
+	var waitFor string
+	switch n := leads[name]; {
+	case n > 0:
+		waitFor = fmt.Sprintf("moving the leadership of %d shards off %s before its restart", n, name)
+	case len(behind) > 0:
+		waitFor = fmt.Sprintf("waiting for every replica of %s to be caught up before %s restarts", listSome(behind, 5), name)
+	}
+	timeout := r.RollWaitTimeout
+	if timeout <= 0 {
+		timeout = DefaultRollWaitTimeout
+	}
+	if waitFor != "" {
+		waited := r.Clock.Now().Sub(since)
+		if waited < timeout {
+			obs.RollStep = waitFor
+			return rollRetry, nil
+		}
+		// Waiting longer would stall the roll for good (a replica that
+		// cannot catch up); the restart goes ahead, as a failover where
+		// it must, and says so.
+		r.event(c, corev1.EventTypeWarning, "RollWaitTimedOut", "RollingUpdate",
+			"replacing pod %s after %v although it is still %s", name, waited.Round(time.Second), strings.TrimPrefix(waitFor, "waiting for "))
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
 	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("replace pod %s: %w", name, err)
 	}
-	r.event(c, corev1.EventTypeNormal, "BrokerReplaced", "RollingUpdate", "replacing pod %s to apply the cluster spec (%d outdated; it led no shard and its shards were caught up)", name, len(outdated))
+	r.event(c, corev1.EventTypeNormal, "BrokerReplaced", "RollingUpdate", "replacing pod %s to apply the cluster spec (%d outdated)", name, len(outdated))
 	return 0, nil
 }
+
+// AnnotationDrainSince, on a FelixBroker the rolling update marked
+// draining, is when it did (RFC 3339): the roll's waits are counted from
+// it.
+const AnnotationDrainSince = "felix.dev/drain-since"
+
+// DefaultRollWaitTimeout bounds how long a rolling update waits for a
+// broker's leaderships to move and its shards to catch up before it
+// restarts the broker anyway (FelixClusterReconciler.RollWaitTimeout).
+const DefaultRollWaitTimeout = 5 * time.Minute
 
 // markDraining sets (on) or removes the rolling update's
 // felix.dev/drain-leadership mark on b with a merge patch.
 func (r *FelixClusterReconciler) markDraining(ctx context.Context, b *felixv1.FelixBroker, on bool) error {
-	var v *string
+	var v, at *string
 	if on {
-		s := felixv1.RollingUpdateDrain
-		v = &s
+		s, t := felixv1.RollingUpdateDrain, r.Clock.Now().UTC().Format(time.RFC3339)
+		v, at = &s, &t
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{felixv1.AnnotationDrainLeadership: v}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{
+		felixv1.AnnotationDrainLeadership: v, AnnotationDrainSince: at}}})
 	if err != nil {
 		return err
 	}

@@ -123,3 +123,72 @@ func TestCluster_RollingUpdateMovesLeadershipFirst(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "MovingLeadership event", func() (bool, string) { return hasEvent(ns, "rl", "MovingLeadership") })
 }
+
+// suiteRollWaitTimeout is the envtest operator's RollWaitTimeout.
+const suiteRollWaitTimeout = 15 * time.Second
+
+// TestCluster_RollingUpdateSingleReplicaShardsDoNotStall: a shard with one
+// replica has nowhere to move: its broker is restarted without waiting
+// for a drain that cannot happen.
+func TestCluster_RollingUpdateSingleReplicaShardsDoNotStall(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	c := fastCluster(ns, "r1", 2)
+	placedIn(t, c, 2, 1)
+	for i := range int32(2) {
+		markPodReady(t, ns, "r1-"+itoa(int(i)))
+	}
+	var cur felixv1.FelixCluster
+	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "r1"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	orig := cur.DeepCopy()
+	cur.Spec.Image = "felix:v2"
+	if err := suite.c.Patch(ctx, &cur, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both brokers on the new spec, well before the roll's wait timeout", func() (bool, string) {
+		readyNewPods(t, ns, "r1", "felix:v2", 2)
+		return podImage(ns, "r1-0") == "felix:v2" && podImage(ns, "r1-1") == "felix:v2", podImage(ns, "r1-0") + "," + podImage(ns, "r1-1")
+	})
+}
+
+// TestCluster_RollingUpdateWaitIsBounded: when no follower of a leader's
+// shard is caught up, its leadership cannot move; the roll waits for its
+// timeout, then restarts the broker anyway and says so.
+func TestCluster_RollingUpdateWaitIsBounded(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	c := fastCluster(ns, "rt", 3)
+	c.Spec.LeaderBalance = felixv1.LeaderBalanceSpec{Mode: felixv1.LeaderBalanceOff}
+	brokers := placedIn(t, c, 1, 3)
+	for i := range int32(3) {
+		markPodReady(t, ns, "rt-"+itoa(int(i)))
+	}
+	sh := getShard(t, ns, "s-0")
+	p, f1, f2 := brokers[sh.Spec.Replicas[0]], brokers[sh.Spec.Replicas[1]], brokers[sh.Spec.Replicas[2]]
+	// Followers behind: nobody the leadership could move to, and the
+	// followers' own restarts wait for the shard to catch up too.
+	p.reports.Set("s-0", report(p, 1, line(f1, f1.storageID, 50, false), line(f2, f2.storageID, 50, false)))
+	eventually(t, 10*time.Second, "caughtUp 1/3", func() (bool, string) {
+		s := getShard(t, ns, "s-0")
+		return s.Status.CaughtUp == "1/3", s.Status.CaughtUp
+	})
+	var cur felixv1.FelixCluster
+	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rt"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	orig := cur.DeepCopy()
+	cur.Spec.Image = "felix:v2"
+	if err := suite.c.Patch(ctx, &cur, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, suiteRollWaitTimeout+20*time.Second, "a pod replaced after the wait timeout", func() (bool, string) {
+		return readyNewPods(t, ns, "rt", "felix:v2", 3) > 0, "none replaced"
+	})
+	if waited := time.Since(start); waited < suiteRollWaitTimeout-2*time.Second {
+		t.Fatalf("a pod was replaced after %v, before the roll's wait timeout %v, with its shard behind", waited, suiteRollWaitTimeout)
+	}
+	eventually(t, 10*time.Second, "RollWaitTimedOut event", func() (bool, string) { return hasEvent(ns, "rt", "RollWaitTimedOut") })
+}

@@ -58,6 +58,10 @@ type Options struct {
 	// spec.image (the operator's --broker-image: the image of its own
 	// release).
 	DefaultBrokerImage string
+	// RollWaitTimeout bounds a rolling update's wait for one broker's
+	// leaderships to move and shards to catch up (DefaultRollWaitTimeout
+	// when zero).
+	RollWaitTimeout time.Duration
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -86,7 +90,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		setup func(ctrl.Manager) error
 	}{
 		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand,
-			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole, DefaultBrokerImage: opts.DefaultBrokerImage}).SetupWithManager},
+			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole, DefaultBrokerImage: opts.DefaultBrokerImage,
+			RollWaitTimeout: opts.RollWaitTimeout}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},

@@ -63,7 +63,7 @@ func TestMain(m *testing.M) {
 		Logger:  logr.Discard(),
 	})
 	if err == nil {
-		err = controllers.Setup(mgr, controllers.Options{BrokerAuthDelegatorRole: controllers.DefaultBrokerAuthDelegatorRole, DefaultBrokerImage: suiteBrokerImage})
+		err = controllers.Setup(mgr, controllers.Options{BrokerAuthDelegatorRole: controllers.DefaultBrokerAuthDelegatorRole, DefaultBrokerImage: suiteBrokerImage, RollWaitTimeout: suiteRollWaitTimeout})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)

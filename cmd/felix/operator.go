@@ -21,6 +21,7 @@ import (
 // operatorOptions are the flags of `felix operator`.
 type operatorOptions struct {
 	brokerImage     string
+	rollWaitTimeout time.Duration
 	metricsAddr     string
 	metricsSecure   bool
 	metricsCertDir  string
@@ -72,6 +73,7 @@ func newOperatorCmd() *cobra.Command {
 	})
 	f.DurationVar(&o.maxClockSkew, "max-clock-skew", controllers.DefaultMaxClockSkew, "how far a broker's clock may run ahead of the operator's; a broker without a storage id is counted only from a view its leader took at least this long after it registered")
 	f.StringVar(&o.brokerImage, "broker-image", DefaultBrokerImage(), "broker image of FelixClusters without spec.image (the chart sets the operator's own image)")
+	f.DurationVar(&o.rollWaitTimeout, "roll-wait-timeout", controllers.DefaultRollWaitTimeout, "how long a rolling update waits for a broker's leaderships to move and its shards to catch up before it restarts the broker anyway (a failover where it must)")
 	f.IntVar(&o.verbosity, "v", 0, "log verbosity (0: changes and errors; 1: every reconcile decision)")
 	return cmd
 }
@@ -125,7 +127,8 @@ func managerOptions(o operatorOptions, logger logr.Logger) ctrl.Options {
 
 // controllerOptions are the reconcilers' options from the flags.
 func controllerOptions(o operatorOptions) controllers.Options {
-	return controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole, DefaultBrokerImage: o.brokerImage}
+	return controllers.Options{MaxClockSkew: o.maxClockSkew, BrokerAuthDelegatorRole: o.brokerAuthRole, DefaultBrokerImage: o.brokerImage,
+		RollWaitTimeout: o.rollWaitTimeout}
 }
 
 // watchedNamespaces is the manager cache's DefaultNamespaces for
