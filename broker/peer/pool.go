@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -342,6 +343,13 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			if err != nil {
 				c.kill()
 				return
+			}
+			if len(c.out) == 0 {
+				// Let shards about to send join this write: the
+				// passes of a broker's shards start together
+				// (replica's pass clock), one write for all their
+				// requests to this peer.
+				runtime.Gosched()
 			}
 			if len(c.out) == 0 {
 				if err := bw.Flush(); err != nil {

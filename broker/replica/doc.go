@@ -50,7 +50,11 @@
 // a follower answers, and the leader's next pass copies what it missed.
 //
 // A pass starts every Options.PassInterval (one core Tick); a client append
-// ships at once.
+// ships at once. One clock per Manager ticks every shard at the same
+// moment (pass.go), so the requests of all its shards' passes to a peer
+// leave in one write, and their answers come back together (issue 31).
+// The inbox holds at most 4096 events but memory only for those waiting
+// (inbox.go).
 //
 // # Starting state
 //

@@ -31,6 +31,9 @@ type Manager struct {
 	maintCancel context.CancelFunc
 	maintDone   chan struct{}
 
+	// clock starts the passes of every shard (pass.go).
+	clock passClock
+
 	// mu guards shards and closed. Shard goroutines never take it, so it
 	// may be held while waiting for a shard's inbox.
 	mu     sync.Mutex
@@ -64,6 +67,7 @@ func NewManager(o Options) (*Manager, error) {
 		ConnIDs: m.ids, Backoff: o.Backoff, After: o.After, Logger: o.Logger.WithName("peer"),
 		OnConnectFailed: o.PeerConnectFailed,
 	})
+	m.clock.start(o.PassInterval)
 	m.maintDone = make(chan struct{})
 	if o.MaintainInterval > 0 {
 		var mctx context.Context
@@ -109,6 +113,7 @@ func (m *Manager) EnsureShard(id record.ShardID, replicas []replication.NodeID, 
 	for _, p := range s.peers {
 		m.pool.Want(p)
 	}
+	m.clock.add(s)
 	go s.run()
 	// Tell the new replica about connections already up. Holding mu orders
 	// this with the pool's later events for the same connections.
@@ -194,6 +199,7 @@ func (m *Manager) RemoveShard(id record.ShardID) {
 	if s == nil {
 		return
 	}
+	m.clock.remove(s)
 	s.stop()
 	for _, p := range s.peers {
 		m.pool.Release(p)
@@ -219,6 +225,7 @@ func (m *Manager) Close() {
 	all := m.shards
 	m.shards = map[record.ShardID]*shard{}
 	m.mu.Unlock()
+	m.clock.stop()
 	for _, s := range all {
 		s.stop()
 	}

@@ -34,14 +34,14 @@ func (s *shard) submit(ctx context.Context, p replication.Proposal) (func(contex
 		delete(s.waiters, p.ID)
 		s.wmu.Unlock()
 	}
-	select {
-	case s.inbox <- event{kind: evPropose, prop: p}:
-	case <-s.done:
+	if !s.inbox.put(&event{kind: evPropose, prop: p}, s.done, ctx.Done()) {
 		forget()
-		return nil, s.stoppedErr()
-	case <-ctx.Done():
-		forget()
-		return nil, ctx.Err()
+		select {
+		case <-s.done:
+			return nil, s.stoppedErr()
+		default:
+			return nil, ctx.Err()
+		}
 	}
 	return func(ctx context.Context) (replication.Ack, error) {
 		select {

@@ -12,10 +12,6 @@ import (
 	"felix.dev/felix/broker/replication"
 )
 
-// inboxSize bounds the events waiting for one shard; a full inbox blocks
-// the senders (peer readers stop reading: backpressure).
-const inboxSize = 4096
-
 // drainMax bounds the events fed between two Readies.
 const drainMax = 4096
 
@@ -63,7 +59,8 @@ type shard struct {
 	recent   [len(record.LogKinds)]recent // run goroutine only
 	core     *replication.Replica         // run goroutine only
 
-	inbox    chan event
+	inbox    *inbox
+	tick     chan struct{} // the Manager's passClock: a pass is due
 	stopping chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -105,7 +102,7 @@ type shard struct {
 
 func newShard(m *Manager, id record.ShardID, replicas []replication.NodeID, mode replication.AckMode, base uint64) (*shard, error) {
 	s := &shard{m: m, id: id, replicas: append([]replication.NodeID(nil), replicas...),
-		inbox: make(chan event, inboxSize), stopping: make(chan struct{}), done: make(chan struct{}),
+		inbox: newInbox(), tick: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 		toPersist: make(chan replication.Ready, maxPersisting), persisted: make(chan persistDone, maxPersisting),
 		waiters: map[replication.ProposalID]waiter{}}
 	s.mode.Store(uint32(mode))
@@ -158,12 +155,7 @@ func (s *shard) hasPeer(n replication.NodeID) bool {
 
 // post queues ev; it reports false if the shard has stopped.
 func (s *shard) post(ev event) bool {
-	select {
-	case s.inbox <- ev:
-		return true
-	case <-s.done:
-		return false
-	}
+	return s.inbox.put(&ev, s.done, nil)
 }
 
 // stop ends the goroutine and waits for it.
@@ -176,8 +168,6 @@ func (s *shard) stop() {
 func (s *shard) run() {
 	defer close(s.done)
 	log := s.m.o.Logger.WithValues("shard", s.id.String())
-	ticker := time.NewTicker(s.m.o.PassInterval)
-	defer ticker.Stop()
 	defer s.failWaiters()
 	persisterDone := make(chan struct{})
 	go s.persistLoop(persisterDone)
@@ -193,28 +183,30 @@ func (s *shard) run() {
 		// t0 is read before this iteration's first core call: a pass the
 		// core starts in the iteration started at or after it.
 		var t0 time.Time
+		n := 0
 		select {
-		case ev := <-s.inbox:
+		case <-s.inbox.ready:
 			t0 = s.m.o.Now()
-			s.apply(ev)
+			n += s.applyInbox()
 		case d := <-s.persisted:
 			t0 = s.m.o.Now()
 			if err := s.advance(d); err != nil {
 				fail(err)
 				return
 			}
-		case <-ticker.C:
+		case <-s.tick:
 			t0 = s.m.o.Now()
 			s.core.Tick()
 		case <-s.stopping:
 			return
 		}
 	drain:
-		for i := 0; i < drainMax; i++ {
+		for n < drainMax {
 			select {
-			case ev := <-s.inbox:
-				s.apply(ev)
+			case <-s.inbox.ready:
+				n += s.applyInbox()
 			case d := <-s.persisted:
+				n++
 				if err := s.advance(d); err != nil {
 					fail(err)
 					return
@@ -232,7 +224,11 @@ func (s *shard) run() {
 		}
 		st := s.core.Status()
 		s.notePass(st.Pass, t0)
-		s.status.Store(&st)
+		if st != *s.status.Load() {
+			p := new(replication.Status) // allocated only on change
+			*p = st
+			s.status.Store(p)
+		}
 	}
 }
 
@@ -261,7 +257,19 @@ func (s *shard) viewAt(pass uint64) time.Time {
 	return time.Time{}
 }
 
-func (s *shard) apply(ev event) {
+// applyInbox feeds the core every event waiting in the inbox and returns
+// how many there were.
+func (s *shard) applyInbox() int {
+	evs := s.inbox.take()
+	for i := range evs {
+		s.apply(&evs[i])
+	}
+	n := len(evs)
+	s.inbox.recycle(evs)
+	return n
+}
+
+func (s *shard) apply(ev *event) {
 	c := s.core
 	switch ev.kind {
 	case evStep:
@@ -430,9 +438,13 @@ func hasReset(ws []replication.LogWrite) bool {
 // queue is full, server.PeerConn.Send drops the frame), so a peer that
 // stops reading never stalls this shard's loop; the core asks again for
 // what is lost.
-func (s *shard) send(whole replication.Message) {
-	for _, msg := range split(whole, s.m.o.MaxMessageBytes) {
-		s.sendOne(msg)
+func (s *shard) send(msg replication.Message) {
+	if whole(msg, s.m.o.MaxMessageBytes) {
+		s.sendOne(msg) // most messages: no slice for split's one part
+		return
+	}
+	for _, part := range split(msg, s.m.o.MaxMessageBytes) {
+		s.sendOne(part)
 	}
 }
 

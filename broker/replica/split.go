@@ -7,6 +7,12 @@ import "felix.dev/felix/broker/replication"
 // peer never refuses a frame this broker sends.
 const DefaultMaxMessageBytes = 8 << 20
 
+// whole reports whether m goes out as it is: split would return it alone.
+func whole(m replication.Message, limit int) bool {
+	return (m.Type != replication.MsgAppend && m.Type != replication.MsgFetchResp) || len(m.Records) < 2 ||
+		recsBytes(m.Records) <= limit
+}
+
 // split cuts a message carrying records (Append, FetchResp) whose records
 // exceed limit bytes into several messages of consecutive records, each
 // naming the epoch of the record before its first (PrevEpoch), in order.
@@ -15,10 +21,7 @@ const DefaultMaxMessageBytes = 8 << 20
 // answered on its own. A single record over the limit travels alone.
 // Other messages are returned as they are.
 func split(m replication.Message, limit int) []replication.Message {
-	if (m.Type != replication.MsgAppend && m.Type != replication.MsgFetchResp) || len(m.Records) < 2 {
-		return []replication.Message{m}
-	}
-	if recsBytes(m.Records) <= limit {
+	if whole(m, limit) {
 		return []replication.Message{m}
 	}
 	var out []replication.Message
