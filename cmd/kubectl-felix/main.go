@@ -135,18 +135,17 @@ func usage(format string, args ...any) error {
 const pollEvery = 500 * time.Millisecond
 
 // waitUntil calls done every pollEvery until it says true or errs, ctx
-// ends, or d passes; it returns whether done said true.
+// ends, or d passes; it returns whether done said true. done gets ctx,
+// not a context bounded by d: a look started just before the end of the
+// wait runs to its answer (a client-side rate limiter refuses to start a
+// request that its context's deadline would cut short).
 func waitUntil(ctx context.Context, d time.Duration, done func(context.Context) (bool, error)) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
+	deadline := time.Now().Add(d)
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	for {
 		ok, err := done(ctx)
-		if err != nil && ctx.Err() != nil {
-			return false, nil // the wait ran out during the look
-		}
-		if ok || err != nil {
+		if ok || err != nil || !time.Now().Before(deadline) {
 			return ok, err
 		}
 		select {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,8 @@ var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 // plugin is one API server with the Felix CRDs, shared by the tests.
 type plugin struct {
-	env *testenv.Env
+	env        *testenv.Env
+	namespaces int
 }
 
 var (
@@ -79,8 +81,12 @@ func (p *plugin) run(t *testing.T, ns string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func (p *plugin) namespace(t *testing.T, name string) string {
+// namespace creates a namespace named after base, new at each call (so
+// -count=N runs on one API server).
+func (p *plugin) namespace(t *testing.T, base string) string {
 	t.Helper()
+	p.namespaces++
+	name := fmt.Sprintf("%s-%d", base, p.namespaces)
 	if err := p.env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +202,7 @@ func TestStatusAndShards(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
-	golden(t, "status.golden", out)
+	golden(t, "status.golden", strings.ReplaceAll(out, ns, "status"))
 	out, err = p.run(t, ns, "shards", "--stream", "orders")
 	if err != nil {
 		t.Fatalf("shards: %v\n%s", err, out)
@@ -208,7 +214,7 @@ func TestStatusAndShards(t *testing.T) {
 	if out, err := p.run(t, ns, "status"); err != nil || !strings.Contains(out, "Cluster:   demo") {
 		t.Fatalf("status of the namespace: %v\n%s", err, out)
 	}
-	if out, err := p.run(t, ns, "status", "nope"); err == nil || !strings.Contains(err.Error(), "FelixCluster status/nope") {
+	if out, err := p.run(t, ns, "status", "nope"); err == nil || !strings.Contains(err.Error(), "FelixCluster "+ns+"/nope") {
 		t.Fatalf("status of a missing cluster: %v\n%s", err, out)
 	}
 }
