@@ -58,6 +58,9 @@ type Options struct {
 	// spec.image (the operator's --broker-image: the image of its own
 	// release).
 	DefaultBrokerImage string
+	// Metrics receives the reconcilers' measurements (NewMetrics); none
+	// when nil.
+	Metrics *Metrics
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -88,10 +91,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		{"felixcluster", (&FelixClusterReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand,
 			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole, DefaultBrokerImage: opts.DefaultBrokerImage}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
-		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
+		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Metrics: opts.Metrics}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
-		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec, MaxClockSkew: skew}).SetupWithManager},
+		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec, MaxClockSkew: skew, Metrics: opts.Metrics}).SetupWithManager},
 	}
 	for _, s := range steps {
 		if err := s.setup(mgr); err != nil {
