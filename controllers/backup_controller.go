@@ -46,6 +46,8 @@ type FelixBackupReconciler struct {
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Events    events.EventRecorder
+	// Metrics counts finished backups; nil counts nothing.
+	Metrics *Metrics
 }
 
 // SnapshotName is the VolumeSnapshot a backup takes of one broker's volume.
@@ -232,6 +234,11 @@ func (r *FelixBackupReconciler) patchStatus(ctx context.Context, b *felixv1.Feli
 	b.Status = *st
 	if err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(OperatorFieldManager)); err != nil {
 		return fmt.Errorf("patch FelixBackup %s status: %w", b.Name, err)
+	}
+	if st.Phase != orig.Status.Phase && (st.Phase == felixv1.BackupCompleted || st.Phase == felixv1.BackupFailed) {
+		// Once per backup: a finished backup is never reconciled again,
+		// and the patch above fails on a concurrent change.
+		r.Metrics.backupFinished(b.Namespace, st.Phase)
 	}
 	if st.Phase == felixv1.BackupFailed {
 		r.event(b, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", st.Conditions[len(st.Conditions)-1].Message)

@@ -62,6 +62,9 @@ type Options struct {
 	// leaderships to move and shards to catch up (DefaultRollWaitTimeout
 	// when zero).
 	RollWaitTimeout time.Duration
+	// Metrics receives the reconcilers' measurements (NewMetrics); none
+	// when nil.
+	Metrics *Metrics
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when zero (the operator's
@@ -93,10 +96,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			BrokerAuthDelegatorRole: opts.BrokerAuthDelegatorRole, DefaultBrokerImage: opts.DefaultBrokerImage,
 			RollWaitTimeout: opts.RollWaitTimeout}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
-		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
+		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Metrics: opts.Metrics}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
-		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec, MaxClockSkew: skew}).SetupWithManager},
+		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec, MaxClockSkew: skew, Metrics: opts.Metrics}).SetupWithManager},
 	}
 	for _, s := range steps {
 		if err := s.setup(mgr); err != nil {

@@ -40,6 +40,8 @@ type FelixShardReconciler struct {
 	// MaxClockSkew is placement's Input.MaxClockSkew [CP-1] (Setup passes
 	// Options.MaxClockSkew or its default).
 	MaxClockSkew time.Duration
+	// Metrics counts promotions; nil counts nothing.
+	Metrics *Metrics
 }
 
 // shardStatus is the part of FelixShard status the operator owns.
@@ -245,6 +247,9 @@ func (r *FelixShardReconciler) apply(ctx context.Context, sh *felixv1.FelixShard
 
 // emit records promotions and waits after they were written.
 func (r *FelixShardReconciler) emit(sh *felixv1.FelixShard, d placement.Decision, before shardStatus) {
+	if d.Action == placement.Promote {
+		r.Metrics.promoted(sh.Namespace, d.Reason.String())
+	}
 	if r.Events == nil {
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/controlplane"
@@ -35,6 +36,10 @@ import (
 var suite struct {
 	env *testenv.Env
 	c   client.Client
+	// metrics is the registry of the operator's metrics
+	// (controllers.NewMetrics), a fresh one rather than
+	// controller-runtime's global.
+	metrics *prometheus.Registry
 }
 
 func TestMain(m *testing.M) {
@@ -62,8 +67,14 @@ func TestMain(m *testing.M) {
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Logger:  logr.Discard(),
 	})
+	var metrics *controllers.Metrics
 	if err == nil {
-		err = controllers.Setup(mgr, controllers.Options{BrokerAuthDelegatorRole: controllers.DefaultBrokerAuthDelegatorRole, DefaultBrokerImage: suiteBrokerImage, RollWaitTimeout: suiteRollWaitTimeout})
+		suite.metrics = prometheus.NewRegistry()
+		metrics, err = controllers.NewMetrics(suite.metrics, mgr.GetCache())
+	}
+	if err == nil {
+		err = controllers.Setup(mgr, controllers.Options{BrokerAuthDelegatorRole: controllers.DefaultBrokerAuthDelegatorRole, DefaultBrokerImage: suiteBrokerImage,
+			RollWaitTimeout: suiteRollWaitTimeout, Metrics: metrics})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)

@@ -25,6 +25,7 @@ import (
 	"felix.dev/felix/broker/replication"
 	"felix.dev/felix/broker/server"
 	"felix.dev/felix/internal/pki"
+	"felix.dev/felix/internal/version"
 )
 
 // LogStoreDir is the log store's directory inside the data directory.
@@ -260,6 +261,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := reg.Register(version.NewBuildInfoCollector()); err != nil {
+		return err
+	}
 	var tlsMetrics *TLSMetrics
 	var peerFailed func(replication.NodeID, error)
 	if !cfg.Insecure {
@@ -311,6 +315,14 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return err
 	}
+	// Per-shard gauges, read from the replicas at scrape time.
+	shardMetrics := replica.NewShardCollector(mgr)
+	if err := reg.Register(shardMetrics); err != nil {
+		mgr.Close()
+		_ = store.Close()
+		return err
+	}
+	defer reg.Unregister(shardMetrics)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	// Who may do what: the FelixUsers of the cluster and its anonymous

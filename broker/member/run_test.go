@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,9 +21,11 @@ import (
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/metricsauth"
+	"felix.dev/felix/broker/replica"
 	"felix.dev/felix/broker/wire"
 	"felix.dev/felix/internal/pki"
 	"felix.dev/felix/internal/testenv"
+	"felix.dev/felix/internal/version"
 )
 
 // grantRegistrations plays the operator's registration grant until ctx
@@ -105,6 +108,7 @@ func TestRunSecureMember(t *testing.T) {
 	cfg.Listen, cfg.HTTP, cfg.PeerListen, cfg.Metrics = listen(t), listen(t), listen(t), listen(t)
 	cfg.AdvertisePeer = "10.0.0.7:7102"
 	cfg.TLS, cfg.MetricsAuth = src, &metricsauth.Options{}
+	cfg.Registry = prometheus.NewRegistry()
 	started := make(chan struct{})
 	cfg.Started = func(datadir.StorageID, int64, datadir.Decision) { close(started) }
 	runCtx, stop := context.WithCancel(ctx)
@@ -122,6 +126,15 @@ func TestRunSecureMember(t *testing.T) {
 		t.Fatalf("Run ended: %v", err)
 	case <-ctx.Done():
 		t.Fatal("member did not start")
+	}
+
+	// The member's registry has felix_build_info and the per-shard
+	// collector (a second one of the same metrics is refused).
+	if v := gauge(t, cfg.Registry, version.BuildInfoName, "version", version.Version); v != 1 {
+		t.Errorf("%s{version=%q} = %v; want 1", version.BuildInfoName, version.Version, v)
+	}
+	if err := cfg.Registry.Register(replica.NewShardCollector(nil)); err == nil {
+		t.Error("the member registered no per-shard collector: another one was accepted")
 	}
 
 	var b felixv1.FelixBroker

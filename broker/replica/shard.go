@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,10 @@ type shard struct {
 
 	status atomic.Pointer[replication.Status]
 	failed atomic.Pointer[error]
+	// report is the last report this replica made as leader (one per
+	// pass, its Followers copied), for the follower lag metric
+	// (shardmetrics.go); nil before the first.
+	report atomic.Pointer[replication.Report]
 	// serving is the epoch whose leader's fence commit (Ready.Serving) has
 	// been applied to the logs: reads are served only while the replica
 	// leads that epoch [TR-4].
@@ -406,8 +411,13 @@ func (s *shard) deliver(rd replication.Ready) error {
 	for _, a := range rd.Acks {
 		s.complete(a)
 	}
-	if rd.Report != nil && s.m.o.OnReport != nil {
-		s.m.o.OnReport(*rd.Report, s.viewAt(rd.Report.Pass))
+	if rd.Report != nil {
+		r := *rd.Report
+		r.Followers = slices.Clone(r.Followers)
+		s.report.Store(&r)
+		if s.m.o.OnReport != nil {
+			s.m.o.OnReport(*rd.Report, s.viewAt(rd.Report.Pass))
+		}
 	}
 	return nil
 }

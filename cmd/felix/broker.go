@@ -24,6 +24,7 @@ import (
 	"felix.dev/felix/broker/member"
 	"felix.dev/felix/broker/replica"
 	"felix.dev/felix/broker/server"
+	"felix.dev/felix/internal/version"
 )
 
 // logStoreDir is the log store's directory inside the data directory,
@@ -222,7 +223,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) (err error) {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewBuildInfoCollector())
 	metrics, err := server.NewMetrics(reg)
 	if err != nil {
 		return err

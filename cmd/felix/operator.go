@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -93,7 +94,13 @@ func runOperator(cmd *cobra.Command, o operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllerOptions(o)); err != nil {
+	copts := controllerOptions(o)
+	// The operator's metrics and felix_build_info, on controller-runtime's
+	// registry (served on --metrics-bind-address).
+	if copts.Metrics, err = controllers.NewMetrics(ctrlmetrics.Registry, mgr.GetCache()); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := controllers.Setup(mgr, copts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

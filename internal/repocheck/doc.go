@@ -8,6 +8,10 @@
 //   - every spec.* or status.* field path the docs name exists in a CRD
 //     schema under config/crd/bases (or in the Kubernetes type it belongs
 //     to: Pod, PersistentVolumeClaim, Lease, VolumeSnapshot).
+//   - every felix_* metric an alert of the chart's PrometheusRule queries
+//     is registered by the broker or the operator, and every felix_*
+//     metric they register is named in docs/metrics.md (the names come
+//     from the metric constructors' descriptions, not from a list).
 //
 // The flags the docs name are checked against the felix command tree in
 // cmd/felix (TestDocFlagsExist), where the tree can be built.
