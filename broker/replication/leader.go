@@ -357,19 +357,32 @@ func (r *Replica) releaseAcks(l record.LogKind) {
 	}
 }
 
+// CaughtUpGracePasses is how many passes a follower that presents a
+// storage id may go without answering, over the connection it last
+// answered on, and still be reported caught up (a second at the default
+// pass interval): long enough for a slow disk or a loaded machine, short
+// enough that a follower cut off is reported behind within a second or
+// two (report).
+const CaughtUpGracePasses = 10
+
 // report describes the pass that is ending [RP-6].
 //
 // A follower is caught up when its confirmed position reaches the
 // committed one on every log under the cursor's id and it answered: in
-// this pass, or, for a follower presenting a storage id, in an earlier
-// pass of this leadership over the connection it still has. Under one
+// this pass, or, for a follower presenting a storage id, in one of the
+// CaughtUpGracePasses passes before it, in this leadership, over the
+// connection it still has. Under one
 // storage id the prefix a follower holds only grows ([ID-3] rotates the id
 // whenever a directory may hold less), so a pass without its answer (a
 // slow disk, a busy machine) takes nothing from what its earlier answers
 // proved; reporting it behind for that would, if the leader died then,
 // leave placement no follower to promote and the shard waiting for ever
-// [CP-3]. A new connection (a restart, a reconnect) must be answered
-// again. A follower without an id must answer the pass itself: only
+// [CP-3]. A silence longer than the grace (a partition that leaves the
+// connection open, a frozen process) is reported behind, as [RP-4] wants
+// of a follower that does not answer: placement should not pick a
+// follower that cannot be reached. A new connection (a restart, a
+// reconnect) must be answered again. A follower without an id must answer
+// the pass itself: only
 // asking can show it lost its log [RP-4], and placement takes the pass's
 // start as a lower bound of when it answered [CP-1].
 func (r *Replica) report() *Report {
@@ -393,7 +406,7 @@ func (r *Replica) report() *Report {
 			if !r.counts(p, l) {
 				fr.Answered = false
 			}
-			if c.answered == 0 || c.answeredOn != p.conn {
+			if c.answered == 0 || c.answeredOn != p.conn || r.pass-c.answered > CaughtUpGracePasses {
 				held = false
 			}
 			if c.confirmed < r.committed[l] {

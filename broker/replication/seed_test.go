@@ -331,3 +331,39 @@ func TestRP6_SilentFollowersStayCaughtUp(t *testing.T) {
 	}
 	assertNoLoss(t, c, c.assign.Leader, 5)
 }
+
+// A follower silent for longer than CaughtUpGracePasses over a connection
+// that stays open (a partition, a frozen process) is reported behind, as
+// [RP-4] wants of a follower that does not answer, while the other, still
+// answering, stays caught up.
+func TestRP6_LongSilenceReportedBehind(t *testing.T) {
+	c := newCluster(t, []string{"a", "b", "c"}, 1, Rules{})
+	cp := newControlPlane(c)
+	if d := cp.decide(); d.Action != placement.Promote || d.Leader != "a" {
+		t.Fatalf("first assignment: %+v", d)
+	}
+	c.stabilize()
+	c.propose("a", 1, AckQuorum, "r1")
+	c.stabilize()
+	cp.run(2)
+	c.drop = func(m Message) bool { return m.From == "b" }
+	caughtUp := func() map[NodeID]bool {
+		out := map[NodeID]bool{}
+		for _, f := range c.reports["a"].Followers {
+			out[f.Node] = f.CaughtUp
+		}
+		return out
+	}
+	for i := 1; i <= CaughtUpGracePasses; i++ {
+		c.tick(1)
+		if got := caughtUp(); !got["b"] || !got["c"] {
+			t.Fatalf("pass %d of b's silence, within the grace: caught up %v", i, got)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		c.tick(1)
+	}
+	if got := caughtUp(); got["b"] || !got["c"] {
+		t.Fatalf("after %d passes of b's silence: caught up %v, want b behind and c caught up", CaughtUpGracePasses+3, got)
+	}
+}
