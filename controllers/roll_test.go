@@ -44,7 +44,6 @@ func readyNewPods(t *testing.T, ns, cluster, image string, n int32) int {
 // leader; the mark comes off when the broker runs the new spec.
 func TestCluster_RollingUpdateMovesLeadershipFirst(t *testing.T) {
 	ns := namespace(t)
-	ctx := context.Background()
 	c := fastCluster(ns, "rl", 3)
 	c.Spec.LeaderBalance = felixv1.LeaderBalanceSpec{Mode: felixv1.LeaderBalanceOff}
 	brokers := placedIn(t, c, 1, 3)
@@ -59,15 +58,7 @@ func TestCluster_RollingUpdateMovesLeadershipFirst(t *testing.T) {
 		return s.Status.CaughtUp == "3/3", s.Status.CaughtUp
 	})
 
-	var cur felixv1.FelixCluster
-	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rl"}, &cur); err != nil {
-		t.Fatal(err)
-	}
-	orig := cur.DeepCopy()
-	cur.Spec.Image = "felix:v2"
-	if err := suite.c.Patch(ctx, &cur, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	patchImage(t, ns, "rl", "felix:v2")
 
 	// The two followers roll first, the leader's pod untouched meanwhile.
 	eventually(t, 30*time.Second, "both followers on the new spec", func() (bool, string) {
@@ -132,21 +123,12 @@ const suiteRollWaitTimeout = 15 * time.Second
 // for a drain that cannot happen.
 func TestCluster_RollingUpdateSingleReplicaShardsDoNotStall(t *testing.T) {
 	ns := namespace(t)
-	ctx := context.Background()
 	c := fastCluster(ns, "r1", 2)
 	placedIn(t, c, 2, 1)
 	for i := range int32(2) {
 		markPodReady(t, ns, "r1-"+itoa(int(i)))
 	}
-	var cur felixv1.FelixCluster
-	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "r1"}, &cur); err != nil {
-		t.Fatal(err)
-	}
-	orig := cur.DeepCopy()
-	cur.Spec.Image = "felix:v2"
-	if err := suite.c.Patch(ctx, &cur, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	patchImage(t, ns, "r1", "felix:v2")
 	eventually(t, 10*time.Second, "both brokers on the new spec, well before the roll's wait timeout", func() (bool, string) {
 		readyNewPods(t, ns, "r1", "felix:v2", 2)
 		return podImage(ns, "r1-0") == "felix:v2" && podImage(ns, "r1-1") == "felix:v2", podImage(ns, "r1-0") + "," + podImage(ns, "r1-1")
@@ -158,7 +140,6 @@ func TestCluster_RollingUpdateSingleReplicaShardsDoNotStall(t *testing.T) {
 // timeout, then restarts the broker anyway and says so.
 func TestCluster_RollingUpdateWaitIsBounded(t *testing.T) {
 	ns := namespace(t)
-	ctx := context.Background()
 	c := fastCluster(ns, "rt", 3)
 	c.Spec.LeaderBalance = felixv1.LeaderBalanceSpec{Mode: felixv1.LeaderBalanceOff}
 	brokers := placedIn(t, c, 1, 3)
@@ -174,15 +155,7 @@ func TestCluster_RollingUpdateWaitIsBounded(t *testing.T) {
 		s := getShard(t, ns, "s-0")
 		return s.Status.CaughtUp == "1/3", s.Status.CaughtUp
 	})
-	var cur felixv1.FelixCluster
-	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rt"}, &cur); err != nil {
-		t.Fatal(err)
-	}
-	orig := cur.DeepCopy()
-	cur.Spec.Image = "felix:v2"
-	if err := suite.c.Patch(ctx, &cur, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	patchImage(t, ns, "rt", "felix:v2")
 	start := time.Now()
 	eventually(t, suiteRollWaitTimeout+20*time.Second, "a pod replaced after the wait timeout", func() (bool, string) {
 		return readyNewPods(t, ns, "rt", "felix:v2", 3) > 0, "none replaced"
@@ -191,4 +164,20 @@ func TestCluster_RollingUpdateWaitIsBounded(t *testing.T) {
 		t.Fatalf("a pod was replaced after %v, before the roll's wait timeout %v, with its shard behind", waited, suiteRollWaitTimeout)
 	}
 	eventually(t, 10*time.Second, "RollWaitTimedOut event", func() (bool, string) { return hasEvent(ns, "rt", "RollWaitTimedOut") })
+}
+
+// patchImage sets the cluster's spec.image with a merge patch: a rolling
+// update.
+func patchImage(t *testing.T, ns, name, image string) {
+	t.Helper()
+	ctx := context.Background()
+	var cur felixv1.FelixCluster
+	if err := suite.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	orig := cur.DeepCopy()
+	cur.Spec.Image = image
+	if err := suite.c.Patch(ctx, &cur, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
 }
