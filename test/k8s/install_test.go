@@ -212,17 +212,31 @@ func readAll(t *testing.T, e env, bootstrap, pod string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// By offset: `kubectl run -i` can print a finished pod's output twice
+	// (its attach stream, then its logs when the attach breaks); the same
+	// offset printed twice must carry the same record, and a record
+	// written twice would show at two offsets.
 	var got []string
+	seen := map[uint64]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if line == "" {
 			continue
 		}
 		var rec struct {
+			Offset  uint64 `json:"offset"`
 			Payload string `json:"payload"`
 		}
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("read printed %q: %v", line, err)
 		}
+		if prev, ok := seen[rec.Offset]; ok {
+			if prev != rec.Payload {
+				t.Fatalf("offset %d printed as %q and as %q", rec.Offset, prev, rec.Payload)
+			}
+			t.Logf("offset %d printed twice (kubectl's output)", rec.Offset)
+			continue
+		}
+		seen[rec.Offset] = rec.Payload
 		got = append(got, rec.Payload)
 	}
 	return got
