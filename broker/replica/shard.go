@@ -2,7 +2,6 @@ package replica
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -412,9 +411,9 @@ func (s *shard) deliver(rd replication.Ready) error {
 		s.complete(a)
 	}
 	if rd.Report != nil {
-		r := *rd.Report
-		r.Followers = slices.Clone(r.Followers)
-		s.report.Store(&r)
+		// The core builds a new Report each pass and never touches it
+		// again: kept as it is, no copy per pass.
+		s.report.Store(rd.Report)
 		if s.m.o.OnReport != nil {
 			s.m.o.OnReport(*rd.Report, s.viewAt(rd.Report.Pass))
 		}
