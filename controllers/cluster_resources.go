@@ -213,7 +213,10 @@ func brokerArgs(c *felixv1.FelixCluster) []string {
 // StatefulSet) so that it controls identity and restores. It runs as a
 // non-root user with a read-only root filesystem; the data volume and a
 // small /tmp are the only writable paths. Its certificate Secret is
-// mounted read-only at TLSDir.
+// mounted read-only at TLSDir. spec.template adds labels, annotations,
+// scheduling and pull secrets and may change the user and groups
+// (applyPodTemplate, brokerPodSecurityContext); the spec-hash annotation
+// covers all of it.
 func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 	labels := brokerLabels(c.Name, broker)
 	fieldEnv := func(name, path string) corev1.EnvVar {
@@ -235,22 +238,7 @@ func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 			ServiceAccountName:            BrokerServiceAccountName(c.Name),
 			RestartPolicy:                 corev1.RestartPolicyAlways,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](brokerUID),
-				RunAsGroup:     ptr.To[int64](brokerUID),
-				FSGroup:        ptr.To[int64](brokerUID),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-					Weight: 100,
-					PodAffinityTerm: corev1.PodAffinityTerm{
-						LabelSelector: &metav1.LabelSelector{MatchLabels: brokerSelector(c.Name)},
-						TopologyKey:   "kubernetes.io/hostname",
-					},
-				}},
-			}},
+			SecurityContext:               brokerPodSecurityContext(c),
 			Containers: []corev1.Container{{
 				Name:    "broker",
 				Image:   c.Spec.Image,
@@ -297,18 +285,40 @@ func brokerPod(c *felixv1.FelixCluster, broker string) *corev1.Pod {
 			},
 		},
 	}
-	pod.Annotations = map[string]string{AnnotationSpecHash: specHash(&pod.Spec)}
+	applyPodTemplate(c, pod)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	// The default zone spread came with an operator release: left out of
+	// the hash while the user sets none, so that upgrading the operator
+	// does not roll every broker by surprise (docs/operator.md, "The
+	// broker pod template"); pods get it as they are recreated.
+	hashed := pod.Spec.DeepCopy()
+	if len(c.Spec.Template.TopologySpreadConstraints) == 0 {
+		hashed.TopologySpreadConstraints = nil
+	}
+	pod.Annotations[AnnotationSpecHash] = specHash(hashed, &c.Spec.Template.Metadata)
 	return pod
 }
 
-// specHash is a short stable hash of a pod spec.
-func specHash(spec *corev1.PodSpec) string {
+// specHash is a short stable hash of a pod spec and the labels and
+// annotations spec.template adds to the pod, so a change of either rolls
+// the brokers.
+func specHash(spec *corev1.PodSpec, meta *felixv1.PodTemplateMetadata) string {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return "unhashable"
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	h := sha256.New()
+	h.Write(b)
+	if len(meta.Labels)+len(meta.Annotations) > 0 {
+		m, err := json.Marshal(meta)
+		if err != nil {
+			return "unhashable"
+		}
+		h.Write(m)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // nodeExpirySeconds rounds a node expiry up to whole seconds for the Lease.

@@ -10,9 +10,9 @@ package controllers
 // cluster-scoped, so a namespace-scoped install grants them by a
 // ClusterRole or goes without (docs/security.md).
 //
-// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters;felixbrokers;felixstreams;felixshards;felixbackups,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/status;felixbrokers/status;felixstreams/status;felixshards/status;felixbackups/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/finalizers;felixbrokers/finalizers;felixstreams/finalizers;felixshards/finalizers;felixbackups/finalizers,verbs=update
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters;felixbrokers;felixstreams;felixshards;felixbackups;felixscheduledbackups,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/status;felixbrokers/status;felixstreams/status;felixshards/status;felixbackups/status;felixscheduledbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=felix.dev,resources=felixclusters/finalizers;felixbrokers/finalizers;felixstreams/finalizers;felixshards/finalizers;felixbackups/finalizers;felixscheduledbackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=felix.dev,resources=felixusers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;services;configmaps;persistentvolumeclaims;serviceaccounts,verbs=get;list;watch;create;update;patch;delete

@@ -39,6 +39,10 @@ type Options struct {
 	// Clock is the operator's clock; the real one when nil. Tests inject a
 	// fake one to step time.
 	Clock clock.PassiveClock
+	// ScheduleClock is the clock FelixScheduledBackup schedules and
+	// retention run on; Clock when nil. Tests step it to fire schedules
+	// without moving the rest of the operator's time.
+	ScheduleClock clock.PassiveClock
 	// MaxClockSkew bounds how far a broker's clock may run ahead of the
 	// operator's (DefaultMaxClockSkew when zero). [CP-1] counts a broker
 	// registered without a storage id only from a view its leader took,
@@ -85,6 +89,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if skew <= 0 {
 		skew = DefaultMaxClockSkew
 	}
+	scheduleClk := opts.ScheduleClock
+	if scheduleClk == nil {
+		scheduleClk = clk
+	}
 	rec := mgr.GetEventRecorder(EventReporter)
 	hb := NewHeartbeats(clk)
 	c := mgr.GetClient()
@@ -97,6 +105,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			RollWaitTimeout: opts.RollWaitTimeout}).SetupWithManager},
 		{"felixuser", (&FelixUserReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Rand: opts.Rand}).SetupWithManager},
 		{"felixbackup", (&FelixBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec, Metrics: opts.Metrics}).SetupWithManager},
+		{"felixscheduledbackup", (&FelixScheduledBackupReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: scheduleClk, Events: rec}).SetupWithManager},
 		{"felixbroker", (&FelixBrokerReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec}).SetupWithManager},
 		{"felixstream", (&FelixStreamReconciler{Client: c, APIReader: mgr.GetAPIReader(), Clock: clk, Events: rec}).SetupWithManager},
 		{"felixshard", (&FelixShardReconciler{Client: c, Clock: clk, Heartbeats: hb, Events: rec, MaxClockSkew: skew, Metrics: opts.Metrics}).SetupWithManager},

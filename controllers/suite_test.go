@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -40,6 +41,9 @@ var suite struct {
 	// (controllers.NewMetrics), a fresh one rather than
 	// controller-runtime's global.
 	metrics *prometheus.Registry
+	// scheduleClock is the clock FelixScheduledBackup schedules run on
+	// (controllers.Options.ScheduleClock); tests step it.
+	scheduleClock *clocktesting.FakeClock
 }
 
 func TestMain(m *testing.M) {
@@ -73,8 +77,9 @@ func TestMain(m *testing.M) {
 		metrics, err = controllers.NewMetrics(suite.metrics, mgr.GetCache())
 	}
 	if err == nil {
+		suite.scheduleClock = clocktesting.NewFakeClock(time.Now())
 		err = controllers.Setup(mgr, controllers.Options{BrokerAuthDelegatorRole: controllers.DefaultBrokerAuthDelegatorRole, DefaultBrokerImage: suiteBrokerImage,
-			RollWaitTimeout: suiteRollWaitTimeout, Metrics: metrics})
+			RollWaitTimeout: suiteRollWaitTimeout, Metrics: metrics, ScheduleClock: suite.scheduleClock})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)

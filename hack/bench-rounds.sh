@@ -4,15 +4,24 @@
 # machine: per round, the peer (NATS JetStream, R=3, --sync-always) with 16
 # synchronous publishers and with 16 x 8 pipelined, then Felix's cluster
 # harness (BenchmarkClusterQuorumAppend/OnCommit: three `felix broker`
-# processes and `felix bench`) in the same two shapes. Prints one line per
-# round with both figures and the ratios, the range of each ratio, and
-# each run's CPU per record (servers plus client, warm-up included).
+# processes and `felix bench`) in the same two shapes, each both "direct"
+# (`felix bench --broker` with the leader's address) and "routing"
+# (`felix bench --bootstrap` with every broker's, the routing client).
+# Prints one line per round with both figures and the ratios (the peer
+# against Felix direct, as before), the range of each ratio, each run's
+# CPU per record (servers plus client, warm-up included), then the
+# routing client's figures: routing over direct and routing over the
+# peer, per round. Unless SHARDS=0, each round also runs
+# BenchmarkClusterQuorumShards (four shards through the routing client,
+# their leadership spread over the three brokers, then all on one) and a
+# SHARDS table compares the two.
 #
 #   hack/bench-rounds.sh                     # 4 rounds of 8 s runs
 #   ROUNDS=6 DURATION=10s hack/bench-rounds.sh
 #   FULL_PAGE_CACHE=1 hack/bench-rounds.sh   # memory full of page cache
 #   TLS=1 hack/bench-rounds.sh               # both over mutual TLS
 #   TLS=both hack/bench-rounds.sh            # each round both ways: the cost of TLS
+#   SHARDS=0 hack/bench-rounds.sh            # without the multi-shard runs
 #
 # Without TLS both run in plaintext: the peer's client connections and
 # routes, and Felix's brokers with --insecure-no-tls (FELIX_E2E_INSECURE=1;
@@ -69,6 +78,8 @@ peer() {
 	fullcache
 	bin/natsbench --server bin/nats-server --duration "$DURATION" --publishers 16 --pending "$2" --sync-always "${flags[@]}" | tail -1
 }
+# felix runs, per shape, direct then routing on one cluster; then, unless
+# SHARDS=0, the multi-shard layouts (spread, then oneleader, on one cluster).
 felix() {
 	local insecure=1
 	if [[ $1 == tls ]]; then insecure=0; fi
@@ -76,6 +87,12 @@ felix() {
 		fullcache
 		(cd test/e2e && FELIX_E2E_INSECURE=$insecure FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumAppend/OnCommit/$shape\$" -test.benchtime 1x | grep '^Benchmark')
 	done
+	if [[ ${SHARDS:-1} != 0 ]]; then
+		for shape in sync16 pipelined; do
+			fullcache
+			(cd test/e2e && FELIX_E2E_INSECURE=$insecure FELIX_CLUSTER_BENCH_DURATION="$DURATION" "$e2e" -test.run XXX -test.bench "ClusterQuorumShards/$shape\$" -test.benchtime 1x | grep '^Benchmark')
+		done
+	fi
 }
 
 results="$work/results"
@@ -108,6 +125,10 @@ for line in open(sys.argv[1]):
                       d.get("serversCpuMicrosPerRecord", 0) + d.get("clientCpuMicrosPerRecord", 0))
     elif line.startswith("Benchmark"):
         shape = "felix-sync16" if "/sync16" in line else "felix-pipelined"
+        if line.startswith("BenchmarkClusterQuorumShards"):
+            shape = shape.replace("felix-", "shards-") + ("-spread" if "/spread" in line else "-oneleader")
+        elif "/routing" in line:
+            shape += "-routing"
         recs = float(re.search(r"([\d.]+) records/s", line).group(1))
         mb = float(re.search(r"([\d.]+) MB/s", line).group(1))
         cpu = sum(float(m.group(1)) for m in re.finditer(r"([\d.]+) (?:brokers|client)-cpu-µs/record", line))
@@ -140,6 +161,38 @@ for m in modes:
         v.sort()
         print(f"{k}: ratio {v[0]:.2f} - {v[-1]:.2f}x, median {median(v):.2f}x")
     print()
+    if all("felix-sync16-routing" in rr[m] and "felix-pipelined-routing" in rr[m] for rr in rounds):
+        print("The routing client (felix bench --bootstrap, every broker) against direct (--broker, the leader)")
+        print("round  sync16 direct  routing  ÷direct  ÷peer  16x8 MB/s direct  routing  ÷direct  ÷peer")
+        rr_ratios = {"sync16 routing÷direct": [], "sync16 routing÷peer": [], "16x8 routing÷direct": [], "16x8 routing÷peer": []}
+        for i, rr in enumerate(rounds, 1):
+            r = rr[m]
+            sd, sr, sp = r["felix-sync16"][0], r["felix-sync16-routing"][0], r["peer-sync16"][0]
+            pd, pr, pp = r["felix-pipelined"][1], r["felix-pipelined-routing"][1], r["peer-pipelined"][1]
+            rr_ratios["sync16 routing÷direct"].append(sr / sd)
+            rr_ratios["sync16 routing÷peer"].append(sr / sp)
+            rr_ratios["16x8 routing÷direct"].append(pr / pd)
+            rr_ratios["16x8 routing÷peer"].append(pr / pp)
+            print(f"{i:5d}  {sd:13,.0f}  {sr:7,.0f}  {sr/sd:6.2f}x  {sr/sp:4.2f}x  {pd:16.1f}  {pr:7.1f}  {pr/pd:6.2f}x  {pr/pp:4.2f}x")
+        for k, v in rr_ratios.items():
+            v.sort()
+            print(f"{k}: {v[0]:.2f} - {v[-1]:.2f}x, median {median(v):.2f}x")
+        print()
+    if all(f"shards-{s}-{l}" in rr[m] for rr in rounds for s in ("sync16", "pipelined") for l in ("spread", "oneleader")):
+        print(f"SHARDS: four shards through the routing client, leaders spread over the brokers or all on one")
+        print("round  sync16 spread  oneleader  spread÷one  16x8 MB/s spread  oneleader  spread÷one")
+        sp_ratios = {"sync16": [], "16x8": []}
+        for i, rr in enumerate(rounds, 1):
+            r = rr[m]
+            a, b = r["shards-sync16-spread"][0], r["shards-sync16-oneleader"][0]
+            c, d = r["shards-pipelined-spread"][1], r["shards-pipelined-oneleader"][1]
+            sp_ratios["sync16"].append(a / b)
+            sp_ratios["16x8"].append(c / d)
+            print(f"{i:5d}  {a:13,.0f}  {b:9,.0f}  {a/b:9.2f}x  {c:16.1f}  {d:9.1f}  {c/d:9.2f}x")
+        for k, v in sp_ratios.items():
+            v.sort()
+            print(f"{k} spread÷oneleader: {v[0]:.2f} - {v[-1]:.2f}x, median {median(v):.2f}x")
+        print()
 if len(modes) == 2:
     print("TLS over plaintext, same round (throughput: records/s; cpu: per record)")
     keys = ["peer-sync16", "felix-sync16", "peer-pipelined", "felix-pipelined"]

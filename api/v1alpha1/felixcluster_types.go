@@ -75,6 +75,14 @@ type FelixClusterSpec struct {
 	// by default (see SecuritySpec).
 	// +optional
 	Security SecuritySpec `json:"security,omitempty"`
+
+	// Template is what the broker pods take from the user: labels and
+	// annotations, scheduling (nodeSelector, tolerations, affinity,
+	// topologySpreadConstraints, priorityClassName), imagePullSecrets and
+	// a restricted securityContext. A change rolls the brokers as an
+	// image change does.
+	// +optional
+	Template BrokerPodTemplate `json:"template,omitempty"`
 }
 
 // LeaderBalanceMode says whether leadership moves to preferred replicas.

@@ -1,8 +1,9 @@
 // Package v1alpha1 holds the Felix API, group felix.dev, version v1alpha1:
 // FelixCluster (brokers), FelixBroker (one registration record per broker),
 // FelixStream (a sharded log), FelixShard (one per stream shard) and
-// FelixBackup (VolumeSnapshots of a cluster's broker volumes) and FelixUser
-// (a client identity with its grants).
+// FelixBackup (VolumeSnapshots of a cluster's broker volumes),
+// FelixScheduledBackup (FelixBackups on a cron schedule, with retention)
+// and FelixUser (a client identity with its grants).
 //
 // +kubebuilder:object:generate=true
 // +groupName=felix.dev
@@ -25,6 +26,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&FelixStream{}, &FelixStreamList{},
 		&FelixShard{}, &FelixShardList{},
 		&FelixBackup{}, &FelixBackupList{},
+		&FelixScheduledBackup{}, &FelixScheduledBackupList{},
 		&FelixUser{}, &FelixUserList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

@@ -106,6 +106,16 @@ type Cluster struct {
 	// producers holds, in idempotent mode, each shard's producer id and
 	// next sequence (shardProducer.mu serializes the shard's appends).
 	producers map[record.ShardID]*shardProducer
+	// counterProducers holds each shard's counter-add producer (always
+	// used: counter adds are always idempotent).
+	counterProducers map[record.ShardID]*shardProducer
+
+	// stale names the streams whose metadata an asynchronous append's
+	// answer proved out of date (AppendAsync learns it again before its
+	// next send); tails holds, per shard, the completion of the last
+	// idempotent AppendAsync, which the next one waits for.
+	stale map[string]bool
+	tails map[record.ShardID]chan struct{}
 }
 
 // shardProducer is an idempotent Cluster's producer on one shard.
@@ -137,7 +147,7 @@ func NewCluster(ctx context.Context, opts ClusterOptions, bootstrap ...string) (
 	}
 	c := &Cluster{o: opts, bootstrap: slices.Clone(bootstrap), log: opts.Logger,
 		shards: map[record.ShardID]wire.ShardInfo{}, hints: map[record.ShardID]string{}, conns: map[string]*Client{},
-		producers: map[record.ShardID]*shardProducer{}}
+		producers: map[record.ShardID]*shardProducer{}, counterProducers: map[record.ShardID]*shardProducer{}, stale: map[string]bool{}, tails: map[record.ShardID]chan struct{}{}}
 	if c.log.GetSink() == nil {
 		c.log = logr.Discard()
 	}
@@ -238,13 +248,24 @@ const (
 // and the shard's next append starts a new producer (the old sequence
 // may or may not be used).
 func (c *Cluster) appendIdempotent(ctx context.Context, shard record.ShardID, recs []record.Record, expectTail *uint64) (wire.AppendOK, error) {
-	sp := c.producer(shard)
+	var out wire.AppendOK
+	err := c.idempotent(ctx, shard, c.producer(shard), "idempotent append", func(cl *Client, p wire.Producer) (err error) {
+		out, err = cl.AppendIdempotent(ctx, shard, recs, expectTail, p)
+		return err
+	})
+	return out, err
+}
+
+// idempotent sends one request of sp's producer with send, under the
+// producer's next sequence, and retries it as appendIdempotent describes.
+// what names the request in logs.
+func (c *Cluster) idempotent(ctx context.Context, shard record.ShardID, sp *shardProducer, what string, send func(*Client, wire.Producer) error) error {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	for renewed := false; ; renewed = true {
 		if !sp.ok {
 			if _, err := io.ReadFull(c.o.Rand, sp.id[:]); err != nil {
-				return wire.AppendOK{}, fmt.Errorf("client: drawing a producer id: %w", err)
+				return fmt.Errorf("client: drawing a producer id: %w", err)
 			}
 			if sp.id == ([16]byte{}) {
 				sp.id[0] = 1
@@ -252,13 +273,9 @@ func (c *Cluster) appendIdempotent(ctx context.Context, shard record.ShardID, re
 			sp.ok, sp.next = true, 0
 		}
 		p := wire.Producer{ID: sp.id, Seq: sp.next}
-		var (
-			out          wire.AppendOK
-			maybeWritten bool
-		)
+		maybeWritten := false
 		err := c.do(ctx, shard, opIdemWrite, func(cl *Client) error {
-			var err error
-			out, err = cl.AppendIdempotent(ctx, shard, recs, expectTail, p)
+			err := send(cl, p)
 			if err != nil && mayHaveLanded(err) {
 				maybeWritten = true
 			}
@@ -267,26 +284,26 @@ func (c *Cluster) appendIdempotent(ctx context.Context, shard record.ShardID, re
 		switch {
 		case err == nil:
 			sp.next++
-			return out, nil
+			return nil
 		case maybeWritten:
 			sp.ok = false // the sequence may or may not be used: start a new producer
-			c.log.V(1).Info("idempotent append outcome unknown; new producer", "shard", shard.String(), "seq", p.Seq)
+			c.log.V(1).Info(what+" outcome unknown; new producer", "shard", shard.String(), "seq", p.Seq)
 			if errors.Is(err, ErrUnknownOutcome) {
-				return out, err
+				return err
 			}
-			return out, &UnknownOutcomeError{Err: err}
+			return &UnknownOutcomeError{Err: err}
 		case errors.Is(err, wire.ErrOutOfSequence) && !renewed:
 			// The leader lost this producer (evicted, or written before the
-			// part of the log it rebuilt from) and nothing of this batch
-			// was written: send it as the first batch of a new producer.
-			c.log.V(1).Info("producer unknown to the leader; new producer", "shard", shard.String(), "error", err.Error())
+			// part of the log it rebuilt from) and nothing of this request
+			// was written: send it as the first of a new producer.
+			c.log.V(1).Info("producer unknown to the leader; new producer", "shard", shard.String(), "request", what, "error", err.Error())
 			sp.ok = false
 			continue
 		}
 		if errors.Is(err, wire.ErrOutOfSequence) {
 			sp.ok = false
 		}
-		return out, err
+		return err
 	}
 }
 
@@ -326,13 +343,18 @@ const (
 // outcomes of appends and trims (opWrite) never are, those of idempotent
 // appends (opIdemWrite) are.
 func (c *Cluster) do(ctx context.Context, shard record.ShardID, o op, call func(*Client) error) error {
+	return c.doAt(ctx, shard, o, func(_ string, cl *Client) error { return call(cl) })
+}
+
+// doAt is do with call told the address of the broker it is sent to.
+func (c *Cluster) doAt(ctx context.Context, shard record.ShardID, o op, call func(addr string, cl *Client) error) error {
 	waits := 0
 	for attempt := 1; ; attempt++ {
 		addr := c.route(shard)
 		cl, err := c.conn(ctx, addr)
 		dialFailed := err != nil
 		if err == nil {
-			if err = call(cl); err == nil {
+			if err = call(addr, cl); err == nil {
 				return nil
 			}
 		}

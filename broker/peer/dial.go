@@ -42,7 +42,7 @@ func (p *Pool) connect(ctx context.Context, node replication.NodeID) (*liveConn,
 		nc = tc
 	}
 	stop := context.AfterFunc(hctx, func() { _ = nc.SetDeadline(time.Now()) })
-	sid, err := handshake(nc, p.o.StorageID, p.o.MaxFrameSize)
+	sid, feats, err := handshake(nc, p.o.StorageID, p.o.MaxFrameSize)
 	if !stop() || err != nil {
 		_ = nc.Close()
 		if err == nil {
@@ -51,44 +51,57 @@ func (p *Pool) connect(ctx context.Context, node replication.NodeID) (*liveConn,
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return &liveConn{id: p.o.ConnIDs.Next(), sid: sid, nc: nc, out: make(chan []byte, p.o.QueueFrames),
+	return &liveConn{id: p.o.ConnIDs.Next(), sid: sid, feats: feats, nc: nc, out: make(chan []byte, p.o.QueueFrames),
 		close: make(chan struct{})}, nil
 }
 
-// handshake sends a Hello offering the storage-id feature and returns the
-// id the HelloOK presented ("" when the bit was not negotiated).
-func handshake(nc net.Conn, self []byte, maxFrame uint32) (replication.StorageID, error) {
-	feats := wire.FeatureStorageID
-	body, err := wire.EncodeHello(wire.Hello{Version: wire.ProtocolVersion, Features: feats, StorageID: self})
+// offered is what a replication connection's Hello offers: the storage id
+// [RP-2] and bundles (issue 31).
+const offered = wire.FeatureStorageID | wire.FeatureShipBundle
+
+// handshake sends a Hello offering the storage-id and ship-bundle
+// features and returns the id the HelloOK presented ("" when the bit was
+// not negotiated) and the features it accepted.
+func handshake(nc net.Conn, self []byte, maxFrame uint32) (replication.StorageID, wire.Features, error) {
+	sid, ok, err := hello(nc, self, maxFrame)
 	if err != nil {
-		return "", err
+		return "", 0, err
+	}
+	return sid, ok.Features & offered, nil
+}
+
+func hello(nc net.Conn, self []byte, maxFrame uint32) (replication.StorageID, wire.HelloOK, error) {
+	var none wire.HelloOK
+	body, err := wire.EncodeHello(wire.Hello{Version: wire.ProtocolVersion, Features: offered, StorageID: self})
+	if err != nil {
+		return "", none, err
 	}
 	if err := wire.WriteFrame(nc, wire.Frame{Type: wire.MsgHello, Body: body}); err != nil {
-		return "", fmt.Errorf("send hello: %w", err)
+		return "", none, fmt.Errorf("send hello: %w", err)
 	}
 	f, err := wire.ReadFrame(bufio.NewReaderSize(nc, 512), maxFrame)
 	if err != nil {
-		return "", fmt.Errorf("read hello answer: %w", err)
+		return "", none, fmt.Errorf("read hello answer: %w", err)
 	}
 	if f.Type == wire.MsgError {
 		e, derr := wire.DecodeError(f.Body, 0)
 		if derr != nil {
-			return "", derr
+			return "", none, derr
 		}
-		return "", fmt.Errorf("handshake refused: %w", e)
+		return "", none, fmt.Errorf("handshake refused: %w", e)
 	}
 	if f.Type != wire.MsgHelloOK {
-		return "", fmt.Errorf("handshake answered with %s: %w", f.Type, wire.ErrMalformed)
+		return "", none, fmt.Errorf("handshake answered with %s: %w", f.Type, wire.ErrMalformed)
 	}
 	ok, err := wire.DecodeHelloOK(f.Body)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", errLookup, err)
+		return "", none, fmt.Errorf("%w: %w", errLookup, err)
 	}
 	if !ok.Features.Has(wire.FeatureStorageID) {
-		return "", nil // an older broker: it presents no id
+		return "", ok, nil // an older broker: it presents no id
 	}
 	if len(ok.StorageID) != wire.StorageIDSize {
-		return "", fmt.Errorf("%w: feature negotiated, no id presented", errLookup)
+		return "", none, fmt.Errorf("%w: feature negotiated, no id presented", errLookup)
 	}
-	return replication.StorageID(hex.EncodeToString(ok.StorageID)), nil
+	return replication.StorageID(hex.EncodeToString(ok.StorageID)), ok, nil
 }

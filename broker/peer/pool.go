@@ -139,6 +139,7 @@ type link struct {
 type liveConn struct {
 	id     replication.ConnID
 	sid    replication.StorageID
+	feats  wire.Features // accepted by the peer's HelloOK
 	nc     net.Conn
 	out    chan []byte
 	queued atomic.Int64 // bytes in out
@@ -207,6 +208,16 @@ func (p *Pool) Current(node replication.NodeID) (replication.ConnID, replication
 		return l.cur.id, l.cur.sid, true
 	}
 	return 0, "", false
+}
+
+// Bundles reports whether conn is node's current connection and its
+// handshake accepted wire.FeatureShipBundle: frames sent over it may be
+// bundles (AppendBundleFrame).
+func (p *Pool) Bundles(node replication.NodeID, conn replication.ConnID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.links[node]
+	return l != nil && l.cur != nil && l.cur.id == conn && l.cur.feats.Has(wire.FeatureShipBundle)
 }
 
 // Send queues a complete frame (as AppendFrame builds it) on connection
@@ -360,6 +371,7 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 		}
 	}()
 	br := bufio.NewReaderSize(c.nc, 256<<10)
+	var got []Shipped // the messages of the frame read last
 	for {
 		f, err := wire.ReadFrame(br, p.o.MaxFrameSize)
 		if err != nil {
@@ -370,16 +382,20 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			log.Info("peer refused replication", "error", fmt.Sprint(e))
 			break
 		}
-		shard, m, err := Decode(f)
+		got, err = DecodeFrame(f, got[:0])
 		if err != nil {
 			log.Info("bad replication frame; dropping connection", "error", err.Error())
 			break
 		}
-		if IsRequest(m.Type) {
-			continue // requests travel the other way; ignore
+		for i := range got {
+			m := got[i].Msg
+			if IsRequest(m.Type) {
+				continue // requests travel the other way; ignore
+			}
+			m.Conn = c.id
+			p.o.Events.Message(got[i].Shard, m)
 		}
-		m.Conn = c.id
-		p.o.Events.Message(shard, m)
+		clear(got) // drop what the messages point to (frame bodies)
 	}
 	c.kill()
 	<-done

@@ -53,6 +53,11 @@
 // ships at once. One clock per Manager ticks every shard at the same
 // moment (pass.go), so the requests of all its shards' passes to a peer
 // leave in one write, and their answers come back together (issue 31).
+// Followers get no ticks: their core does nothing on one. Where a peer
+// connection accepted wire.FeatureShipBundle, the messages without records
+// that one Ready sends over one connection (an idle pass's request per
+// log, the answers to them) go out as one bundle frame (bundle.go); every
+// message is still sent and stepped on its own [RP-4].
 // The inbox holds at most 4096 events but memory only for those waiting
 // (inbox.go).
 //

@@ -17,6 +17,7 @@ import (
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
 	"felix.dev/felix/broker/server"
+	"felix.dev/felix/broker/wire"
 )
 
 // testShard is the shard every cluster test uses.
@@ -97,6 +98,9 @@ type cluster struct {
 	clientDir *directory
 	// meta, when set, is every node's server.Options.Metadata.
 	meta server.Metadata
+	// features, when set, are a node's servers' Options.Features (zero:
+	// every known bit), e.g. without wire.FeatureShipBundle.
+	features map[replication.NodeID]wire.Features
 }
 
 func newCluster(t testing.TB, fsync logstore.FsyncMode, names ...replication.NodeID) *cluster {
@@ -195,7 +199,7 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 		}
 	}
 	n.srv = server.New(n.mgr.Shards(), server.Options{StorageID: n.id[:], Replication: n.mgr.ReplicationHandler(),
-		InsecurePeersOnClientPort: c.pki == nil, Metrics: n.srvMetrics, Metadata: c.meta})
+		InsecurePeersOnClientPort: c.pki == nil, Metrics: n.srvMetrics, Metadata: c.meta, Features: c.features[name]})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +211,7 @@ func (c *cluster) startWithID(name replication.NodeID, dir string, incarnation u
 	if c.pki != nil {
 		n.peerSrv = server.New(n.mgr.Shards(), server.Options{Role: server.RolePeer, StorageID: n.id[:],
 			Replication: n.mgr.ReplicationHandler(), TLS: c.pki.serverConfig(t), Authenticate: c.pki.authenticate,
-			Metrics: n.srvMetrics})
+			Metrics: n.srvMetrics, Features: c.features[name]})
 		pl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"felix.dev/felix/broker/peer"
+	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
 	"felix.dev/felix/broker/server"
 	"felix.dev/felix/broker/wire"
@@ -88,11 +89,24 @@ type handler struct{ m *Manager }
 
 func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 	m := h.m
-	shard, msg, err := peer.Decode(f)
+	// A frame holds one message, or several in a bundle
+	// (wire.FeatureShipBundle); each is handled as if it came alone. An
+	// idle pass's bundle (one message per log) decodes into buf, on the
+	// stack.
+	var buf [2 * len(record.LogKinds)]peer.Shipped
+	msgs, err := peer.DecodeFrame(f, buf[:0])
 	if err != nil {
 		m.o.Logger.V(1).Info("dropping bad replication frame", "error", err.Error())
 		return
 	}
+	for i := range msgs {
+		h.serve(pc, msgs[i])
+	}
+}
+
+func (h handler) serve(pc server.PeerConn, sh peer.Shipped) {
+	m := h.m
+	shard, msg := sh.Shard, sh.Msg
 	if id := pc.Identity(); id != "" && msg.From != replication.NodeID(id) {
 		pc.Refused(server.RefusedSenderMismatch)
 		if m.in.firstForgery(pc) {
@@ -111,7 +125,7 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 		return
 	}
 	if msg.Type == replication.MsgAppend {
-		s.counters.receivedFrame(len(f.Body))
+		s.counters.receivedFrame(sh.Size)
 	}
 	s.post(event{kind: evStep, msg: msg})
 }

@@ -21,9 +21,13 @@ const (
 // start, and even an idle shard, a few events per pass, wrote through all
 // of it, so each one's pages ended up resident (issue 31).
 //
-// Senders append under mu and signal ready; the run loop takes every
-// waiting event at once (take) and gives the buffer back once it has
-// applied them (recycle), so two buffers alternate.
+// Senders append under mu; the run loop takes every waiting event at once
+// (take) and gives the buffer back once it has applied them (recycle), so
+// two buffers alternate. Only the sender that finds the inbox empty
+// signals ready: the run loop takes everything after each signal, so the
+// events behind the first need none, and a signal per event left one
+// behind after nearly every take, a second, empty take per wake-up
+// (issue 31).
 type inbox struct {
 	mu    sync.Mutex
 	q     []event
@@ -31,7 +35,9 @@ type inbox struct {
 	// room, made by a sender that found the inbox full, is closed when
 	// the run loop takes the events.
 	room chan struct{}
-	// ready holds a signal while events may wait.
+	// ready holds a signal while events may wait: sent by the put that
+	// finds q empty, so events wait only with a signal pending or about
+	// to be sent (a signal may also outlive its events).
 	ready chan struct{}
 	// small counts the takes of a large buffer since the last busy take
 	// (run goroutine only).
@@ -47,11 +53,14 @@ func (in *inbox) put(ev *event, stop, cancel <-chan struct{}) bool {
 	for {
 		in.mu.Lock()
 		if len(in.q) < inboxSize {
+			first := len(in.q) == 0
 			in.q = append(in.q, *ev)
 			in.mu.Unlock()
-			select {
-			case in.ready <- struct{}{}:
-			default: // already signalled
+			if first {
+				select {
+				case in.ready <- struct{}{}:
+				default: // a signal outlived the events it announced
+				}
 			}
 			return true
 		}

@@ -3,6 +3,8 @@ package replica
 import (
 	"testing"
 	"time"
+
+	"felix.dev/felix/broker/replication"
 )
 
 // The inbox keeps the order of events, holds at most inboxSize (a sender
@@ -68,6 +70,40 @@ func TestInbox(t *testing.T) {
 	}
 }
 
+// Only the put that finds the inbox empty signals: the events behind it
+// are taken with it, and no signal is left over for an empty take (issue
+// 31). A put after the take signals again.
+func TestInboxSignalsOncePerTake(t *testing.T) {
+	in := newInbox()
+	never := make(chan struct{})
+	for i := 0; i < 3; i++ {
+		in.put(&event{epoch: uint64(i)}, never, nil)
+		if i == 0 {
+			select {
+			case <-in.ready:
+			default:
+				t.Fatal("the first put did not signal")
+			}
+		}
+	}
+	select {
+	case <-in.ready:
+		t.Fatal("a put into a non-empty inbox signalled")
+	default:
+	}
+	evs := in.take()
+	if len(evs) != 3 {
+		t.Fatalf("took %d events, want 3", len(evs))
+	}
+	in.recycle(evs)
+	in.put(&event{}, never, nil)
+	select {
+	case <-in.ready:
+	default:
+		t.Fatal("a put into the emptied inbox did not signal")
+	}
+}
+
 // One clock gives every shard its ticks; a shard that has not taken its
 // tick is not waited for, and a removed shard gets none.
 func TestPassClock(t *testing.T) {
@@ -97,5 +133,48 @@ func TestPassClock(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	if len(a.tick) != 0 {
 		t.Fatal("a removed shard got a tick")
+	}
+}
+
+// The clock ticks leaders and recovering replicas, never followers (their
+// core does nothing on a tick), and ticks a follower once it has
+// published another role.
+func TestPassClockSkipsFollowers(t *testing.T) {
+	for _, tc := range []struct {
+		role  replication.Role
+		ticks bool
+	}{
+		{replication.RoleFollower, false},
+		{replication.RoleRecovering, true},
+		{replication.RoleLeader, true},
+	} {
+		t.Run(tc.role.String(), func(t *testing.T) {
+			var c passClock
+			c.start(time.Millisecond)
+			defer c.stop()
+			s, ref := &shard{tick: make(chan struct{}, 1)}, &shard{tick: make(chan struct{}, 1)}
+			s.status.Store(&replication.Status{Role: tc.role})
+			ref.status.Store(&replication.Status{Role: replication.RoleLeader})
+			c.add(s)
+			c.add(ref)
+			// Three ticks of the reference shard: the clock went round
+			// at least twice with s in it.
+			for i := 0; i < 3; i++ {
+				select {
+				case <-ref.tick:
+				case <-time.After(time.Second):
+					t.Fatal("no tick for the leader")
+				}
+			}
+			if got := len(s.tick) == 1; got != tc.ticks {
+				t.Fatalf("%s holds a tick: %v, want %v", tc.role, got, tc.ticks)
+			}
+			s.status.Store(&replication.Status{Role: replication.RoleLeader})
+			select {
+			case <-s.tick:
+			case <-time.After(time.Second):
+				t.Fatal("no tick after the shard became leader")
+			}
+		})
 	}
 }

@@ -83,6 +83,10 @@ type shard struct {
 
 	counters shipCounters // replication metrics, resolved once
 
+	// out gathers a Ready's messages by connection for sendAll (run
+	// goroutine only; kept between Readies with its buffers).
+	out []outConn
+
 	// passes holds the core's current and previous pass with when each
 	// started (by Options.Now, read before the core call that started
 	// it), for OnReport's viewAt [CP-1] (run goroutine only).
@@ -134,6 +138,9 @@ func newShard(m *Manager, id record.ShardID, replicas []replication.NodeID, mode
 	if err != nil {
 		return nil, err
 	}
+	// PassInterval 1: every tick of the Manager's clock is a pass, and a
+	// follower's core counts no ticks, so the clock skips followers
+	// (passClock, wantsTicks).
 	core, err := replication.New(replication.Config{
 		Shard: id, Self: m.o.Self, SelfStorageID: m.selfID, Incarnation: m.o.Incarnation,
 		Replicas: s.replicas, PassInterval: 1, MaxBatch: m.o.MaxBatch, MaxInflight: m.o.MaxInflight,
@@ -206,6 +213,12 @@ func (s *shard) run() {
 		}
 	drain:
 		for n < drainMax {
+			if len(s.inbox.ready) == 0 && len(s.persisted) == 0 {
+				// Nothing more waits (most wake-ups): no select. A
+				// signal or answer racing this check is taken at the
+				// next iteration's select.
+				break
+			}
 			select {
 			case <-s.inbox.ready:
 				n += s.applyInbox()
@@ -309,9 +322,7 @@ func (s *shard) apply(ev *event) {
 // and is persisted and advanced here. A write refused for want of space
 // is not a failure: it is written again once space returns (space.go).
 func (s *shard) handle(rd replication.Ready) error {
-	for _, msg := range rd.Messages {
-		s.send(msg)
-	}
+	s.sendAll(rd.Messages)
 	s.cacheWrites(rd.Writes)
 	if hasReset(rd.Writes) {
 		for s.persisting > 0 || len(s.queued) > 0 {

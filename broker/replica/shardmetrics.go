@@ -72,7 +72,7 @@ func (c *ShardCollector) Collect(ch chan<- prometheus.Metric) {
 
 func (s *shard) collect(ch chan<- prometheus.Metric) {
 	stream, index := s.id.Stream, strconv.FormatUint(uint64(s.id.Shard), 10)
-	info := (&dataLog{s: s, log: s.logs[record.LogData]}).Describe()
+	info := (&dataLog{s: s, log: s.logs[record.LogData], kind: record.LogData}).Describe()
 	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), append([]string{stream, index}, labels...)...)
 	}

@@ -20,6 +20,19 @@ type shardsView struct{ m *Manager }
 // client address (a follower that knows its leader), Unavailable (no
 // leader known, a leader still recovering, or a replica that failed).
 func (v shardsView) DataLog(id record.ShardID) (server.Log, error) {
+	return v.leaderLog(id, record.LogData)
+}
+
+// CounterLog implements server.CounterShards: the shard's counter log,
+// served and refused exactly as DataLog serves the data log. Its appends
+// and trims go through the same replicated proposals, under the stream's
+// ack mode.
+func (v shardsView) CounterLog(id record.ShardID) (server.Log, error) {
+	return v.leaderLog(id, record.LogCounter)
+}
+
+// leaderLog returns log l of the shard if this broker leads it.
+func (v shardsView) leaderLog(id record.ShardID, l record.LogKind) (server.Log, error) {
 	s, err := v.m.shard(id)
 	if err != nil {
 		return nil, err
@@ -30,7 +43,7 @@ func (v shardsView) DataLog(id record.ShardID) (server.Log, error) {
 	st := s.status.Load()
 	switch st.Role {
 	case replication.RoleLeader:
-		return &dataLog{s: s, log: s.logs[record.LogData]}, nil
+		return &dataLog{s: s, log: s.logs[l], kind: l}, nil
 	case replication.RoleRecovering:
 		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: leader recovering at epoch %d", id, st.Epoch)}
 	}
@@ -67,10 +80,12 @@ func (s *shard) ackErr(err error) error {
 	return err
 }
 
-// dataLog is a leader's data log as the server serves it.
+// dataLog is one of a leader's logs (the data log, or the counter log) as
+// the server serves it.
 type dataLog struct {
-	s   *shard
-	log *logstore.Log
+	s    *shard
+	log  *logstore.Log
+	kind record.LogKind
 }
 
 func (d *dataLog) mode() replication.AckMode { return replication.AckMode(d.s.mode.Load()) }
@@ -109,7 +124,7 @@ func (d *dataLog) SubmitAppend(ctx context.Context, recs []record.Record, expect
 		r.Floor = 0
 		batch[i] = r
 	}
-	p := replication.Proposal{Log: record.LogData, Records: batch, Mode: d.mode()}
+	p := replication.Proposal{Log: d.kind, Records: batch, Mode: d.mode()}
 	if expectTail != nil {
 		p.ExpectTail, p.ExpectedTail = true, *expectTail
 	}
@@ -137,7 +152,7 @@ func (d *dataLog) SubmitAppend(ctx context.Context, recs []record.Record, expect
 func (d *dataLog) Trim(ctx context.Context, req logstore.TrimRequest) (logstore.TrimResult, error) {
 	floor := d.log.Describe().Floor
 	checkOnly := req.Floor <= floor || req.Floor > req.ExpectTail
-	p := replication.Proposal{Log: record.LogData, Mode: d.mode(), ExpectTail: true, ExpectedTail: req.ExpectTail}
+	p := replication.Proposal{Log: d.kind, Mode: d.mode(), ExpectTail: true, ExpectedTail: req.ExpectTail}
 	if !checkOnly {
 		ts := req.Timestamp
 		if ts == 0 {
@@ -186,6 +201,15 @@ func (d *dataLog) Generation() (uint64, error) {
 	}
 	return d.s.serving.Load(), nil
 }
+
+// Readable implements server.ReadGate: Unavailable until this leader's
+// fence is committed and applied [TR-4]. Until then its committed mark can
+// be below records the previous leader acknowledged (a follower learns the
+// mark a pass after the acknowledgement), so "nothing committed" from it
+// would be a wrong answer, not an empty log.
+func (d *dataLog) Readable() error { return d.s.readable() }
+
+var _ server.ReadGate = (*dataLog)(nil)
 
 // Read serves data records; for Quorum and All streams only committed
 // ones. A new leader refuses reads until its fence is committed [TR-4].

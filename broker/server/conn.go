@@ -411,6 +411,12 @@ func opName(t wire.MsgType) string {
 		return "describe"
 	case wire.MsgHello:
 		return "hello"
+	case wire.MsgCounterAdd:
+		return "counter_add"
+	case wire.MsgCounterGet:
+		return "counter_get"
+	case wire.MsgCounterSnapshot:
+		return "counter_snapshot"
 	}
 	return "unknown"
 }

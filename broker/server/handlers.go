@@ -119,6 +119,8 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 			return true
 		}
 		go c.handleMetadata(f.ReqID, req, start, held)
+	case wire.MsgCounterAdd, wire.MsgCounterGet, wire.MsgCounterSnapshot:
+		c.dispatchCounter(f, start, held)
 	case wire.MsgHello:
 		c.fail(f.ReqID, "hello", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: "Hello after the handshake"})
 	default:
@@ -317,8 +319,15 @@ func (c *conn) handleRead(reqID uint32, req wire.ReadRequest, start time.Time, h
 }
 
 // readCommitted reads only committed records: clients never see a record
-// that is not acknowledged under the shard's ack mode.
+// that is not acknowledged under the shard's ack mode. A log that is a
+// ReadGate is asked first: a leader that does not know its committed end
+// yet must refuse, not answer "nothing committed".
 func readCommitted(l Log, from uint64, opts logstore.ReadOptions) (logstore.ReadResult, error) {
+	if g, ok := l.(ReadGate); ok {
+		if err := g.Readable(); err != nil {
+			return logstore.ReadResult{}, err
+		}
+	}
 	info := l.Describe()
 	if info.Committed == 0 {
 		// Nothing committed (UpTo 0 would mean the durable tail).

@@ -27,13 +27,6 @@ type Generational interface {
 // shard's log is read to rebuild its producer table.
 const DefaultIdempotenceScanRecords = 1 << 16
 
-// idemShards holds each shard's producer table. One entry per shard the
-// broker served an idempotent append for: bounded by the shards it holds.
-type idemShards struct {
-	mu     sync.Mutex
-	shards map[record.ShardID]*idemShard
-}
-
 // idemShard is one shard's table. mu is held from the decision until the
 // batch is submitted, so a producer's batches reach the log in the order
 // they were decided.
@@ -45,17 +38,9 @@ type idemShard struct {
 }
 
 func (s *Server) idemShard(id record.ShardID) *idemShard {
-	s.idem.mu.Lock()
-	defer s.idem.mu.Unlock()
-	if s.idem.shards == nil {
-		s.idem.shards = map[record.ShardID]*idemShard{}
-	}
-	st := s.idem.shards[id]
-	if st == nil {
-		st = &idemShard{table: producer.NewTable(s.opts.Idempotence)}
-		s.idem.shards[id] = st
-	}
-	return st
+	return s.idem.get(id, func() *idemShard {
+		return &idemShard{table: producer.NewTable(s.opts.Idempotence)}
+	})
 }
 
 // rebuild reads the last o.IdempotenceScanRecords records of l (committed

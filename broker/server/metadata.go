@@ -59,6 +59,24 @@ func (h hintingShards) DataLog(shard record.ShardID) (Log, error) {
 	return nil, out
 }
 
+// CounterLog serves the counter log of the underlying Shards, refusing a
+// shard this broker holds no replica of as DataLog does: a shard's logs
+// share their replicas and their leader, so the hint is the same.
+func (h hintingShards) CounterLog(shard record.ShardID) (Log, error) {
+	cl, ok := h.Shards.(CounterShards)
+	if !ok {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "this broker serves no counter logs"}
+	}
+	l, err := cl.CounterLog(shard)
+	if err == nil || !errors.Is(err, record.ErrShardUnknown) {
+		return l, err
+	}
+	if _, derr := h.DataLog(shard); derr != nil {
+		return nil, derr
+	}
+	return nil, err
+}
+
 func lookupMetadata(ctx context.Context, meta Metadata, streams []string) (wire.MetadataOK, error) {
 	bs, err := meta.Brokers(ctx)
 	if err != nil {

@@ -126,7 +126,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.reqRefused.WithLabelValues(r)
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
-	for _, op := range []string{"append", "read", "trim", "describe", "metadata"} {
+	for _, op := range []string{"append", "read", "trim", "describe", "metadata", "counter_add", "counter_get", "counter_snapshot"} {
 		m.okRequests[op] = m.requests.WithLabelValues(op, "ok")
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}

@@ -2,12 +2,13 @@ package server
 
 import (
 	"crypto/tls"
-	"felix.dev/felix/broker/producer"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	"felix.dev/felix/broker/auth"
+	"felix.dev/felix/broker/counter"
+	"felix.dev/felix/broker/producer"
 	"felix.dev/felix/broker/wire"
 )
 
@@ -223,6 +224,15 @@ type Options struct {
 	// serving the shard (a new leader); zero means
 	// DefaultIdempotenceScanRecords.
 	IdempotenceScanRecords int
+	// CounterLimits bound each shard's counters (keys, key length,
+	// producer marks); zero fields take counter's defaults. An add
+	// beyond them is refused with CounterLimit.
+	CounterLimits counter.Limits
+	// CounterSnapshotEvery: after this many adds to a shard's counters
+	// since its last snapshot, the server appends a snapshot to the
+	// shard's counter log and trims the log below it. Zero means
+	// DefaultCounterSnapshotEvery; negative turns it off.
+	CounterSnapshotEvery int
 }
 
 func (o Options) withDefaults() Options {
@@ -231,6 +241,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Features == 0 {
 		o.Features = wire.KnownFeatures
+	}
+	if o.CounterSnapshotEvery == 0 {
+		o.CounterSnapshotEvery = DefaultCounterSnapshotEvery
 	}
 	if o.IdempotenceScanRecords <= 0 {
 		o.IdempotenceScanRecords = DefaultIdempotenceScanRecords

@@ -32,6 +32,10 @@ type PeerConn interface {
 	// StorageID is the storage id the peer presented in its Hello, or nil
 	// if it did not negotiate wire.FeatureStorageID [RP-2].
 	StorageID() []byte
+	// Features are the feature bits the connection's handshake accepted
+	// (the peer offered them and this server supports them); e.g. with
+	// wire.FeatureShipBundle the peer takes bundled replication frames.
+	Features() wire.Features
 	// Send queues f on the connection's bounded send queue, after every
 	// frame sent before it, and returns at once: it never waits for the
 	// network. It reports false, sending nothing, once the connection is
@@ -67,9 +71,10 @@ type peerConn struct {
 	done   chan struct{}
 }
 
-func (p *peerConn) StorageID() []byte     { return p.c.peerID }
-func (p *peerConn) Done() <-chan struct{} { return p.done }
-func (p *peerConn) Refused(reason string) { p.c.s.opts.Metrics.ReplicationFrameRefused(reason) }
+func (p *peerConn) StorageID() []byte       { return p.c.peerID }
+func (p *peerConn) Features() wire.Features { return p.c.feats }
+func (p *peerConn) Done() <-chan struct{}   { return p.done }
+func (p *peerConn) Refused(reason string)   { p.c.s.opts.Metrics.ReplicationFrameRefused(reason) }
 
 func (p *peerConn) Identity() string {
 	if p.c.principal.Kind != auth.Broker {

@@ -46,7 +46,8 @@ type Server struct {
 	wg        sync.WaitGroup
 	checkOnce sync.Once // starts expiryLoop at the first Serve
 
-	idem idemShards // idempotent producers' tables, per shard
+	idem     perShard[idemShard]    // idempotent producers' tables, per shard
+	counters perShard[counterShard] // counter logs' folds, per shard
 }
 
 // New returns a server that answers requests from shards.

@@ -27,6 +27,16 @@ type Log interface {
 	WaitCommitted(ctx context.Context, from uint64) error
 }
 
+// ReadGate is an optional interface of Log: a log that cannot yet tell
+// which of its records are committed (a replicated leader before its
+// fence commits [TR-4], whose committed mark may still be below records a
+// previous leader acknowledged) refuses reads with a retryable error. The
+// server asks it before every read, so an empty answer always means the
+// reader reached the committed end and never "not known yet".
+type ReadGate interface {
+	Readable() error
+}
+
 // Submitter is an optional interface of Log: a log that can take an
 // append without the caller waiting for its acknowledgement. SubmitAppend
 // places recs after every append submitted before it on the same log (the
@@ -84,8 +94,11 @@ func NewStoreShards(s *logstore.Store, o StoreShardsOptions) Shards {
 	}
 	ss := &storeShards{s: s, o: o, created: make(chan struct{})}
 	for _, id := range s.Logs() {
-		if id.Log == record.LogData {
+		switch id.Log {
+		case record.LogData:
 			ss.count++
+		case record.LogCounter:
+			ss.counters++
 		}
 	}
 	return ss
@@ -95,14 +108,27 @@ type storeShards struct {
 	s *logstore.Store
 	o StoreShardsOptions
 
-	mu      sync.Mutex // serialises creations; guards count and created
-	count   int        // data logs in the store
-	created chan struct{}
-	parked  int // WaitCommitted calls waiting for a creation (tests observe it)
+	mu    sync.Mutex // serialises creations; guards count and created
+	count int        // data logs in the store
+	// counters is the counter logs in the store, bounded by MaxShards
+	// apart from the data logs.
+	counters int
+	created  chan struct{}
+	parked   int // WaitCommitted calls waiting for a creation (tests observe it)
 }
 
 func (s *storeShards) DataLog(shard record.ShardID) (Log, error) {
 	id := record.LogID{ShardID: shard, Log: record.LogData}
+	if l, ok := s.s.Lookup(id); ok {
+		return l, nil
+	}
+	return &absentLog{s: s, id: id}, nil
+}
+
+// CounterLog implements CounterShards: the shard's counter log, served as
+// DataLog serves the data log (absent until its first append creates it).
+func (s *storeShards) CounterLog(shard record.ShardID) (Log, error) {
+	id := record.LogID{ShardID: shard, Log: record.LogCounter}
 	if l, ok := s.s.Lookup(id); ok {
 		return l, nil
 	}
@@ -117,16 +143,20 @@ func (s *storeShards) create(id record.LogID) (*logstore.Log, error) {
 	if l, ok := s.s.Lookup(id); ok {
 		return l, nil
 	}
-	if s.o.MaxShards > 0 && s.count >= s.o.MaxShards {
+	count := &s.count
+	if id.Log == record.LogCounter {
+		count = &s.counters
+	}
+	if s.o.MaxShards > 0 && *count >= s.o.MaxShards {
 		s.o.Metrics.shardRefused()
 		return nil, &wire.Error{Code: wire.CodeUnavailable,
-			Message: fmt.Sprintf("%s: not created: this broker holds %d shards, its limit (--max-shards)", id.ShardID, s.count)}
+			Message: fmt.Sprintf("%s: not created: this broker holds %d %s logs, its limit (--max-shards)", id.ShardID, *count, id.Log)}
 	}
 	l, err := s.s.CreateLog(id, logstore.LogOptions{})
 	if err != nil {
 		return nil, err
 	}
-	s.count++
+	*count++
 	close(s.created)
 	s.created = make(chan struct{})
 	return l, nil

@@ -52,6 +52,10 @@ const (
 	// remembers; Next is the sequence the leader expects (0 for a
 	// producer it does not know). Nothing was written.
 	CodeOutOfSequence Code = 14
+	// CodeCounterLimit: a counter add would pass a bound of the shard's
+	// counters (too many keys, a key too long, an int64 overflow).
+	// Nothing was written.
+	CodeCounterLimit Code = 15
 )
 
 // CodeInfo describes one error code.
@@ -94,6 +98,8 @@ var codeTable = []CodeInfo{
 		"The connection presented no acceptable identity (no client certificate where one is required, or one that does not verify). Sent with request id 0 in answer to the Hello; the connection is closed and nothing else is processed."},
 	{CodeOutOfSequence, "OutOfSequence", []string{"next u64"},
 		"An idempotent append's sequence is neither its producer's next one on the shard nor a batch the leader remembers (a gap, a batch older than the leader's window, or a producer the leader does not know sending a sequence above 0); next is the sequence expected, 0 for an unknown producer. Nothing was written. Only sent to connections that accepted idempotent."},
+	{CodeCounterLimit, "CounterLimit", []string{"limit u64"},
+		"A counter add would pass a bound of the shard's counters: a new key beyond the shard's key cap, a key longer than the key-length cap (limit is the cap), or a value leaving the int64 range (limit 0). Nothing was written. Not retryable as is. Only sent to connections that accepted counters."},
 }
 
 // Codes returns the table of error codes, in numeric order.
@@ -137,7 +143,7 @@ type Error struct {
 	// FeatureMetadata (a HOST:PORT hint, empty when unknown).
 	Leader string
 	Epoch  uint64
-	// RecordTooLarge.
+	// RecordTooLarge and CounterLimit.
 	Limit uint64
 	// Corrupt: the first damaged offset known.
 	Offset uint64
@@ -170,6 +176,8 @@ func (e *Error) Is(target error) bool {
 		return target == record.ErrCorrupt
 	case CodeOutOfSequence:
 		return target == ErrOutOfSequence
+	case CodeCounterLimit:
+		return target == ErrCounterLimit
 	}
 	return false
 }
@@ -188,6 +196,9 @@ func (e *Error) RecordError() error {
 
 // ErrOutOfSequence is matched (errors.Is) by an OutOfSequence *Error.
 var ErrOutOfSequence = errors.New("wire: out of sequence")
+
+// ErrCounterLimit is matched (errors.Is) by a CounterLimit *Error.
+var ErrCounterLimit = errors.New("wire: counter limit")
 
 // ErrorFrom maps an error from storage or the server to the Error sent on
 // the wire. Unrecognised errors become Unavailable, with their text.
@@ -274,6 +285,8 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Offset)
 	case CodeOutOfSequence:
 		en.u64(e.Next)
+	case CodeCounterLimit:
+		en.u64(e.Limit)
 	}
 	return en.b, nil
 }
@@ -292,7 +305,8 @@ func EncodeErrorFor(e *Error, feats Features) ([]byte, error) {
 // the same way: a refusal on grounds of identity does not heal by retrying
 // (an older client does not retry a BadRequest), and the prefix says why.
 // Without FeatureIdempotent, OutOfSequence becomes BadRequest the same way
-// (such a connection cannot send a sequence, so this is a safeguard).
+// (such a connection cannot send a sequence, so this is a safeguard), and
+// so does CounterLimit without FeatureCounters.
 func ErrorFor(e *Error, feats Features) *Error {
 	var (
 		prefix string
@@ -309,6 +323,8 @@ func ErrorFor(e *Error, feats Features) *Error {
 		prefix, code = "unauthenticated: ", CodeBadRequest
 	case e.Code == CodeOutOfSequence && !feats.Has(FeatureIdempotent):
 		prefix, code = "out of sequence: ", CodeBadRequest
+	case e.Code == CodeCounterLimit && !feats.Has(FeatureCounters):
+		prefix, code = "counter limit: ", CodeBadRequest
 	default:
 		return e
 	}
@@ -361,6 +377,8 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 		e.Offset = d.U64("offset")
 	case CodeOutOfSequence:
 		e.Next = d.U64("next")
+	case CodeCounterLimit:
+		e.Limit = d.U64("limit")
 	default:
 		if _, known := e.Code.Info(); !known && d.Err == nil {
 			return e, nil

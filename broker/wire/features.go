@@ -49,10 +49,22 @@ const (
 	// (broker/producer). A connection without it cannot send the fields
 	// (flag bit 1 is BadRequest) and never gets the code.
 	FeatureIdempotent Features = 1 << 6
+	// FeatureShipBundle: replication frames (MsgShip, MsgShipAnswer) sent
+	// to the side that offered it may be bundles, several replication
+	// messages in one frame (body version 2, broker/peer), so the
+	// requests and answers of a pass cost one frame per peer rather than
+	// one per log (issue 31). Only brokers offer it; a connection without
+	// it carries only version-1 bodies, one message each.
+	FeatureShipBundle Features = 1 << 7
+	// FeatureCounters: the broker serves the CounterAdd, CounterGet and
+	// CounterSnapshot requests on a shard's counter log, and may answer
+	// with the error code CounterLimit (15). A connection without it gets
+	// BadRequest for the requests and never gets the code.
+	FeatureCounters Features = 1 << 8
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent | FeatureShipBundle | FeatureCounters
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -83,6 +95,10 @@ func (f Features) String() string {
 			parts = append(parts, "metadata")
 		case FeatureIdempotent:
 			parts = append(parts, "idempotent")
+		case FeatureShipBundle:
+			parts = append(parts, "ship-bundle")
+		case FeatureCounters:
+			parts = append(parts, "counters")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

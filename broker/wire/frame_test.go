@@ -93,7 +93,7 @@ func TestRP2_StorageIDNegotiated(t *testing.T) {
 	}
 	// Unknown extensions and unknown bits from a newer peer are skipped.
 	newer := append(append([]byte(nil), hb...), 0x7e, 0x00, 0x02, 0xaa, 0xbb)
-	newer[4+2+7] |= 0x80 // an unknown bit (bit 7) in the features
+	newer[4+2] |= 0x80 // an unknown bit (bit 63) in the features
 	h2, err := DecodeHello(newer)
 	if err != nil || !bytes.Equal(h2.StorageID, sampleID) {
 		t.Fatalf("newer hello: %+v, %v", h2, err)
@@ -139,7 +139,7 @@ func TestNegotiateRefusesOldVersion(t *testing.T) {
 func TestErrorCodeTableIsStable(t *testing.T) {
 	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
 		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion",
-		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated", 14: "OutOfSequence"}
+		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated", 14: "OutOfSequence", 15: "CounterLimit"}
 	seen := map[string]bool{}
 	for _, ci := range Codes() {
 		if want[ci.Code] != ci.Name {

@@ -75,6 +75,8 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 		if r, err = DecodeMetadataOK(f.Body); err == nil {
 			re, err = EncodeMetadataOK(r)
 		}
+	case MsgCounterAdd, MsgCounterAddOK, MsgCounterGet, MsgCounterGetOK, MsgCounterSnapshot, MsgCounterSnapshotOK:
+		return counterBody(f.Type, f.Body)
 	case MsgError:
 		var e *Error
 		if e, err = DecodeError(f.Body, feats); err == nil {

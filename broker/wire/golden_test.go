@@ -73,7 +73,7 @@ func goldenCases() []goldenCase {
 			frame:  func() (Frame, error) { b, err := EncodeError(e, f); return msg(MsgError, 9, b, err) },
 			decode: dErr, value: want}
 	}
-	return []goldenCase{
+	return append([]goldenCase{
 		{name: "hello_no_features", frame: func() (Frame, error) { b, err := EncodeHello(hello0); return msg(MsgHello, 0, b, err) }, decode: dHello, value: hello0},
 		{name: "hello_all_features", frame: func() (Frame, error) { b, err := EncodeHello(helloAll); return msg(MsgHello, 0, b, err) }, decode: dHello, value: helloAll},
 		{name: "hello_ok_no_features", frame: func() (Frame, error) { b, err := EncodeHelloOK(ok0); return msg(MsgHelloOK, 0, b, err) }, decode: dHelloOK, value: ok0},
@@ -166,6 +166,49 @@ func goldenCases() []goldenCase {
 		// What a connection without FeatureIdempotent is sent instead.
 		errCase("error_out_of_sequence_downgraded", 0, ErrorFor(&Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3}, 0),
 			&Error{Code: CodeBadRequest, Message: "out of sequence: expected 3"}),
+	}, counterGoldenCases(shard)...)
+}
+
+// counterGoldenCases pins the counter messages (FeatureCounters).
+func counterGoldenCases(shard ShardRef) []goldenCase {
+	add := CounterAddRequest{Shard: shard, Key: "hits", Delta: -3}
+	addIdem := CounterAddRequest{Shard: shard, Key: "hits", Delta: 5, Producer: &Producer{ID: [16]byte(sampleID), Seq: 2}}
+	addOK := CounterAddOK{Value: -1, Offset: 17}
+	get := CounterGetRequest{Shard: shard, Key: "hits"}
+	getOK := CounterGetOK{Value: 42, Through: 18}
+	snap := CounterSnapshotRequest{Shard: shard, Trim: true}
+	snapOK := CounterSnapshotOK{Offset: 18, Floor: 18, Keys: 2}
+	dErr := func(b []byte, f Features) (any, error) { return DecodeError(b, f) }
+	limit := &Error{Code: CodeCounterLimit, Message: "10000 counters, limit 10000", Limit: 10000}
+	return []goldenCase{
+		{name: "counter_add", feats: FeatureCounters, frame: func() (Frame, error) { b, err := EncodeCounterAdd(add); return msg(MsgCounterAdd, 12, b, err) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeCounterAdd(b) }, value: add},
+		{name: "counter_add_idempotent", feats: FeatureCounters, frame: func() (Frame, error) {
+			b, err := EncodeCounterAdd(addIdem)
+			return msg(MsgCounterAdd, 13, b, err)
+		}, decode: func(b []byte, _ Features) (any, error) { return DecodeCounterAdd(b) }, value: addIdem},
+		{name: "counter_add_ok", feats: FeatureCounters, frame: func() (Frame, error) { return msg(MsgCounterAddOK, 12, EncodeCounterAddOK(addOK), nil) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeCounterAddOK(b) }, value: addOK},
+		{name: "counter_get", feats: FeatureCounters, frame: func() (Frame, error) { b, err := EncodeCounterGet(get); return msg(MsgCounterGet, 14, b, err) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeCounterGet(b) }, value: get},
+		{name: "counter_get_ok", feats: FeatureCounters, frame: func() (Frame, error) { return msg(MsgCounterGetOK, 14, EncodeCounterGetOK(getOK), nil) },
+			decode: func(b []byte, _ Features) (any, error) { return DecodeCounterGetOK(b) }, value: getOK},
+		{name: "counter_snapshot", feats: FeatureCounters, frame: func() (Frame, error) {
+			b, err := EncodeCounterSnapshot(snap)
+			return msg(MsgCounterSnapshot, 15, b, err)
+		}, decode: func(b []byte, _ Features) (any, error) { return DecodeCounterSnapshot(b) }, value: snap},
+		{name: "counter_snapshot_ok", feats: FeatureCounters, frame: func() (Frame, error) {
+			return msg(MsgCounterSnapshotOK, 15, EncodeCounterSnapshotOK(snapOK), nil)
+		}, decode: func(b []byte, _ Features) (any, error) { return DecodeCounterSnapshotOK(b) }, value: snapOK},
+		{name: "error_counter_limit", feats: FeatureCounters, frame: func() (Frame, error) {
+			b, err := EncodeError(limit, FeatureCounters)
+			return msg(MsgError, 12, b, err)
+		}, decode: dErr, value: limit},
+		// What a connection without FeatureCounters is sent instead.
+		{name: "error_counter_limit_downgraded", frame: func() (Frame, error) {
+			b, err := EncodeError(ErrorFor(limit, 0), 0)
+			return msg(MsgError, 12, b, err)
+		}, decode: dErr, value: &Error{Code: CodeBadRequest, Message: "counter limit: 10000 counters, limit 10000"}},
 	}
 }
 

@@ -36,6 +36,9 @@ type Producer struct {
 	Seq uint64
 }
 
+// errZeroProducer refuses to encode a producer whose id is all zero.
+var errZeroProducer = fmt.Errorf("%w: zero producer id", ErrMalformed)
+
 // Append flag bits.
 const (
 	appendConditional uint8 = 1 << 0
@@ -187,7 +190,7 @@ func appendAppendBody(dst []byte, r AppendRequest) ([]byte, error) {
 		dst = append(make([]byte, 0, len(dst)+size), dst...)
 	}
 	if r.Producer != nil && r.Producer.ID == ([16]byte{}) {
-		return nil, fmt.Errorf("%w: zero producer id", ErrMalformed)
+		return nil, errZeroProducer
 	}
 	e := enc{b: dst}
 	e.shard(r.Shard)

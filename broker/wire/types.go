@@ -33,6 +33,19 @@ const (
 	MsgMetadata MsgType = 0x18
 	// MsgMetadataOK answers MsgMetadata.
 	MsgMetadataOK MsgType = 0x19
+	// MsgCounterAdd adds to a counter of a shard (FeatureCounters).
+	MsgCounterAdd MsgType = 0x1A
+	// MsgCounterAddOK answers MsgCounterAdd.
+	MsgCounterAddOK MsgType = 0x1B
+	// MsgCounterGet reads a counter of a shard (FeatureCounters).
+	MsgCounterGet MsgType = 0x1C
+	// MsgCounterGetOK answers MsgCounterGet.
+	MsgCounterGetOK MsgType = 0x1D
+	// MsgCounterSnapshot snapshots a shard's counters into its counter
+	// log, and may trim the log below the snapshot (FeatureCounters).
+	MsgCounterSnapshot MsgType = 0x1E
+	// MsgCounterSnapshotOK answers MsgCounterSnapshot.
+	MsgCounterSnapshotOK MsgType = 0x1F
 
 	// MsgShip is reserved for replication: a leader ships records to a
 	// follower. Brokers without replication answer it with BadRequest.
@@ -78,6 +91,18 @@ func (t MsgType) String() string {
 		return "Metadata"
 	case MsgMetadataOK:
 		return "MetadataOK"
+	case MsgCounterAdd:
+		return "CounterAdd"
+	case MsgCounterAddOK:
+		return "CounterAddOK"
+	case MsgCounterGet:
+		return "CounterGet"
+	case MsgCounterGetOK:
+		return "CounterGetOK"
+	case MsgCounterSnapshot:
+		return "CounterSnapshot"
+	case MsgCounterSnapshotOK:
+		return "CounterSnapshotOK"
 	case MsgShip:
 		return "Ship"
 	case MsgShipAnswer:

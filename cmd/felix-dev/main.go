@@ -3,7 +3,8 @@
 // hack/build-envtest.sh) with the Felix CRDs, the operator, and a
 // process-runner that plays the kubelet for broker pods (each a `felix
 // broker` process on its own 127.0.0.x address, its volume a directory). It
-// applies the samples (a 5-broker FelixCluster and two FelixStreams), makes
+// applies the samples (a 5-broker FelixCluster, two FelixStreams and a
+// nightly FelixScheduledBackup), makes
 // two FelixUsers for the CLI (demoUsers) and writes their certificate
 // Secrets under <state-dir>/users/<name>/ (tls.crt, tls.key, ca.crt: the
 // layout of the CLI's --tls-dir), waits until every shard has a leader,

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -22,9 +24,15 @@ import (
 )
 
 type benchFlags struct {
-	broker      string
+	// to says where the appends go: --broker, or a routing client with
+	// --bootstrap (FELIX_BOOTSTRAP, --cluster through the kubeconfig),
+	// and the TLS flags.
+	to shardFlags
+	// routing are the resolved bootstrap addresses; none: --broker.
+	routing     []string
 	stream      string
 	shards      int
+	shardList   []uint
 	connections int
 	pipeline    int
 	batch       int
@@ -34,16 +42,18 @@ type benchFlags struct {
 	reads       bool
 	output      string
 	brokerHTTP  string
-	tls         tlsFlags
 }
 
 // benchResult is what felix bench prints.
 type benchResult struct {
-	Connections   int     `json:"connections"`
-	Pipeline      int     `json:"pipeline"`
-	Batch         int     `json:"batch"`
-	RecordSize    int     `json:"recordSize"`
-	Shards        int     `json:"shards"`
+	Connections int `json:"connections"`
+	Pipeline    int `json:"pipeline"`
+	Batch       int `json:"batch"`
+	RecordSize  int `json:"recordSize"`
+	Shards      int `json:"shards"`
+	// Routing: the appends went through a routing client (--bootstrap),
+	// each to its shard's leader.
+	Routing       bool    `json:"routing,omitempty"`
 	Seconds       float64 `json:"seconds"`
 	Records       int64   `json:"records"`
 	RecordsPerSec float64 `json:"recordsPerSec"`
@@ -65,34 +75,58 @@ type benchResult struct {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench --broker HOST:PORT [--connections N] [--pipeline P] [--batch B] [--record-size S] [--duration D] [--reads]",
+		Use:   "bench (--broker HOST:PORT | --bootstrap HOST:PORT ...) [--shards N | --shard S ...] [--connections N] [--pipeline P] [--batch B] [--record-size S] [--duration D] [--reads]",
 		Short: "Drive appends (and optionally reads) over the network and report throughput and latency",
 		Long: `Drive appends against a broker over N connections, each with P appends in
 flight at once (pipelining on the one connection), B records of S bytes per
-append. Connection i appends to shard i mod --shards of --stream. After
+append. Connection i appends to shard i mod --shards of --stream (or to
+the i mod n-th of the n shards --shard lists). After
 --warmup, it counts acknowledged records for --duration and reports
 records/s, MB/s (payload bytes, 1 MB = 10^6 bytes) and the p50/p99/p999
 latency of one append request.
 
 With --reads, every connection also has a follow-mode reader on its shard
-and the records read per second are reported.`,
+and the records read per second are reported.
+
+With --bootstrap (repeatable; or FELIX_BOOTSTRAP, or --cluster through the
+kubeconfig, as the other client commands) the appends go through the
+routing client instead of one broker's connection: each connection is a
+routing client of its own, which learns the cluster's metadata and sends
+its shard's appends to that shard's leader (pipelined with
+Cluster.AppendAsync), so writers spread over shards led by several
+brokers reach all of them. --broker (the default) speaks to one broker.`,
 		Example: `  felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 8 --batch 1 --record-size 1024 --duration 10s
-  felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 4 --batch 16 --reads -o table`,
+  felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 4 --batch 16 --reads -o table
+  felix bench --bootstrap 10.0.0.1:7100 --bootstrap 10.0.0.2:7100 --stream bench --shards 4 --connections 16`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.connections < 1 || f.pipeline < 1 || f.batch < 1 || f.recordSize < 0 || f.duration <= 0 {
 				return usageErr(cmd, errors.New("--connections, --pipeline and --batch must be at least 1, --duration positive"))
 			}
+			for _, s := range f.shardList {
+				if s > math.MaxUint32 {
+					return usageErr(cmd, fmt.Errorf("--shard %d is not a shard number", s))
+				}
+			}
 			if f.shards < 1 {
 				f.shards = f.connections
+			}
+			if len(f.shardList) > 0 {
+				if cmd.Flags().Changed("shards") {
+					return usageErr(cmd, errors.New("--shards and --shard exclude each other"))
+				}
+				f.shards = len(f.shardList)
 			}
 			if f.output != "json" && f.output != "table" {
 				return usageErr(cmd, fmt.Errorf("unknown output format %q", f.output))
 			}
-			opts, _, err := f.tls.dialOptions(cmd, f.broker)
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.to.timeout)
+			boot, opts, err := f.to.endpoints(ctx, cmd)
+			cancel()
 			if err != nil {
-				return err
+				return err // reported
 			}
+			f.routing = boot
 			res, err := runBench(cmd.Context(), f, opts)
 			if err != nil {
 				return reportErr(cmd, err)
@@ -108,9 +142,9 @@ and the records read per second are reported.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.broker, "broker", "127.0.0.1:7100", "broker address HOST:PORT")
 	fl.StringVar(&f.stream, "stream", "bench", "stream to append to")
-	fl.IntVar(&f.shards, "shards", 0, "shards to spread connections over (default: one per connection)")
+	fl.IntVar(&f.shards, "shards", 0, "shards to spread connections over, 0 to N-1 (default: one per connection)")
+	fl.UintSliceVar(&f.shardList, "shard", nil, "shard numbers to spread connections over (repeatable or comma-separated; instead of --shards)")
 	fl.IntVar(&f.connections, "connections", 16, "connections")
 	fl.IntVar(&f.pipeline, "pipeline", 8, "appends in flight per connection")
 	fl.IntVar(&f.batch, "batch", 1, "records per append")
@@ -120,25 +154,45 @@ and the records read per second are reported.`,
 	fl.BoolVar(&f.reads, "reads", false, "also read every shard in follow mode")
 	fl.StringVarP(&f.output, "output", "o", "json", "output format: json or table")
 	fl.StringVar(&f.brokerHTTP, "broker-http", "", "the broker's HTTP address: also report its CPU per record from /metrics")
-	f.tls.register(cmd)
+	f.to.timeout = 30 * time.Second // of the kubeconfig lookup
+	f.to.registerTarget(cmd)
 	return cmd
 }
 
+// shardOf is the shard connection ci appends to.
+func (f benchFlags) shardOf(ci int) record.ShardID {
+	if len(f.shardList) > 0 {
+		return record.ShardID{Stream: f.stream, Shard: uint32(f.shardList[ci%len(f.shardList)])}
+	}
+	return record.ShardID{Stream: f.stream, Shard: uint32(ci % f.shards)}
+}
+
 func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResult, error) {
-	var clients []*client.Client
+	var closers []io.Closer
 	defer func() {
-		for _, c := range clients {
+		for _, c := range closers {
 			_ = c.Close()
 		}
 	}()
-	dial := func() (*client.Client, error) {
+	// dial opens one connection's client: a routing client with
+	// --bootstrap, else a connection to --broker.
+	dial := func() (benchConn, error) {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		c, err := client.Dial(dctx, f.broker, opts)
-		if err == nil {
-			clients = append(clients, c)
+		if len(f.routing) > 0 {
+			c, err := client.NewCluster(dctx, client.ClusterOptions{Options: opts}, f.routing...)
+			if err != nil {
+				return benchConn{}, err
+			}
+			closers = append(closers, c)
+			return connOf[*client.ClusterPendingAppend](c), nil
 		}
-		return c, err
+		c, err := client.Dial(dctx, f.to.broker, opts)
+		if err != nil {
+			return benchConn{}, err
+		}
+		closers = append(closers, c)
+		return connOf[*client.PendingAppend](c), nil
 	}
 	payload := make([]byte, f.recordSize)
 	for i := range payload {
@@ -177,7 +231,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 		if err != nil {
 			return benchResult{}, err
 		}
-		shard := record.ShardID{Stream: f.stream, Shard: uint32(ci % f.shards)}
+		shard := f.shardOf(ci)
 		wg.Add(1)
 		if f.pipeline == 1 {
 			// A synchronous producer: one append at a time.
@@ -185,7 +239,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 				defer wg.Done()
 				for runCtx.Err() == nil {
 					t0 := time.Now()
-					_, err := c.Append(runCtx, shard, batch, nil)
+					err := c.appendSync(runCtx, shard, batch)
 					done(ci, t0, err)
 				}
 			}()
@@ -196,7 +250,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 			go func() {
 				defer wg.Done()
 				type inflight struct {
-					p  *client.PendingAppend
+					p  pendingAppend
 					t0 time.Time
 				}
 				// In flight: one the collector waits for, pipeline-2
@@ -213,7 +267,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 				}()
 				for runCtx.Err() == nil {
 					t0 := time.Now()
-					p, err := c.AppendAsync(runCtx, shard, batch, nil)
+					p, err := c.appendAsync(runCtx, shard, batch)
 					if err != nil {
 						done(ci, t0, err)
 						continue
@@ -235,7 +289,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 				req := wire.ReadRequest{Shard: shard, From: wire.FromLatest, MaxBytes: 1 << 20, WaitMillis: 500}
 				for runCtx.Err() == nil {
 					rctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
-					r, err := rc.Read(rctx, req)
+					r, err := rc.read(rctx, req)
 					cancel()
 					if err != nil {
 						continue
@@ -293,7 +347,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 		return float64(all[i]) / float64(time.Millisecond)
 	}
 	secs := elapsed.Seconds()
-	res := benchResult{Connections: f.connections, Pipeline: f.pipeline, Batch: f.batch, RecordSize: f.recordSize, Shards: f.shards,
+	res := benchResult{Connections: f.connections, Pipeline: f.pipeline, Batch: f.batch, RecordSize: f.recordSize, Shards: f.shards, Routing: len(f.routing) > 0,
 		Seconds: secs, Records: records.Load(), Requests: requests.Load(), Errors: errCount.Load(),
 		RecordsPerSec: float64(records.Load()) / secs, MBPerSec: float64(records.Load()) * float64(f.recordSize) / secs / 1e6,
 		P50Ms: pct(0.50), P99Ms: pct(0.99), P999Ms: pct(0.999), ReadRecords: readRecords.Load(), ReadPerSec: float64(readRecords.Load()) / secs}

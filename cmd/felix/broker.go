@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"felix.dev/felix/broker/auth"
+	"felix.dev/felix/broker/counter"
 	"felix.dev/felix/broker/datadir"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/member"
@@ -61,6 +62,8 @@ type brokerFlags struct {
 	frameMemoryWait                 time.Duration
 	peerQueueBytes                  int64
 	maxShards                       int
+	counterSnapshotEvery            int
+	maxCounters                     int
 	pprof                           bool
 	minFree                         byteSize
 	spaceInterval                   time.Duration
@@ -158,6 +161,8 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.DurationVar(&f.frameMemoryWait, "frame-memory-wait", server.DefaultFrameMemoryWait, "how long a frame waits for --max-frame-memory before it is refused with Unavailable")
 	fl.Int64Var(&f.peerQueueBytes, "peer-queue-bytes", server.DefaultPeerQueueBytes, "bytes of replication frames that may wait to be written on one peer connection; more are dropped (and sent again by replication)")
 	fl.IntVar(&f.maxShards, "max-shards", server.DefaultMaxShards, "standalone: shards the broker creates on first append, at most (0: no limit)")
+	fl.IntVar(&f.counterSnapshotEvery, "counter-snapshot-every", server.DefaultCounterSnapshotEvery, "after this many counter adds to a shard, snapshot its counters into its counter log and trim the log below the snapshot (0: never)")
+	fl.IntVar(&f.maxCounters, "max-counters", counter.DefaultMaxKeys, "counters one shard may hold; an add creating one more is refused with CounterLimit (a shard's snapshot of them must fit one 1 MiB record: at most about 3000 with 256-byte keys)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles under /debug/pprof/ (cluster mode: on --metrics-listen, behind its check; otherwise on --http)")
 	f.minFree = logstore.DefaultMinFreeBytes
@@ -379,7 +384,8 @@ func (f brokerFlags) serverOptions(tlsConf *tls.Config) server.Options {
 	return server.Options{TLS: tlsConf, MaxFrameSize: f.maxFrameSize, MaxInFlightBytes: f.maxInFlight,
 		MaxConnections: f.maxConnections, IdleTimeout: time.Duration(off(int64(f.idleTimeout))),
 		MaxConnectionsPerAddress: int(off(int64(f.maxPerAddress))), MaxFrameMemory: f.maxFrameMemory,
-		FrameMemoryWait: f.frameMemoryWait, PeerQueueBytes: f.peerQueueBytes}
+		FrameMemoryWait: f.frameMemoryWait, PeerQueueBytes: f.peerQueueBytes,
+		CounterSnapshotEvery: int(off(int64(f.counterSnapshotEvery))), CounterLimits: counter.Limits{MaxKeys: f.maxCounters}}
 }
 
 // stopBroker drains the server, closes (and so syncs) the store and records

@@ -54,6 +54,8 @@ type shardFlags struct {
 	// --broker): an append whose outcome is unknown is sent again and
 	// the leader de-duplicates it.
 	idempotent bool
+	// kube are the kubeconfig flags --cluster is resolved through.
+	kube kubeFlags
 }
 
 // Environment variables of the TLS flags; a flag given on the command
@@ -182,9 +184,9 @@ func (s tlsSettings) load(host string) (clientTLS, error) {
 
 // options returns the client options of a resolved TLS setting. The
 // features include idempotent appends (offered to every broker, used only
-// by append --idempotent).
+// by append --idempotent) and counters.
 func (c clientTLS) options() client.Options {
-	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent, TLS: c.conf}
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters, TLS: c.conf}
 }
 
 // dialOptions resolves the TLS flags against the environment, reads the
@@ -203,13 +205,23 @@ func (t *tlsFlags) dialOptions(cmd *cobra.Command, addr string) (client.Options,
 
 func (f *shardFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.broker, "broker", defaultBroker, "one broker's address HOST:PORT, spoken to alone (a standalone broker); excludes --bootstrap")
-	fl.StringArrayVar(&f.bootstrap, "bootstrap", nil, "HOST[:PORT] of any broker of a cluster, or of its client Service (repeatable; port "+DefaultClientPort+" when left out): requests go to each shard's leader, found and followed by the client; env "+envBootstrap+" (comma-separated)")
 	fl.StringVar(&f.stream, "stream", "", "stream name (required)")
 	fl.Uint32Var(&f.shard, "shard", 0, "shard number")
 	fl.StringVarP(&f.output, "output", "o", "json", "output format: json (one JSON object per line) or table")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline of each request")
+	f.registerTarget(cmd)
+}
+
+// registerTarget registers the flags that say where requests go and how
+// they are secured (--broker, --bootstrap, the TLS flags, --cluster and
+// the kubeconfig flags), which dial and endpoints resolve.
+func (f *shardFlags) registerTarget(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.broker, "broker", defaultBroker, "one broker's address HOST:PORT, spoken to alone (a standalone broker); excludes --bootstrap")
+	fl.StringArrayVar(&f.bootstrap, "bootstrap", nil, "HOST[:PORT] of any broker of a cluster, or of its client Service (repeatable; port "+DefaultClientPort+" when left out): requests go to each shard's leader, found and followed by the client; env "+envBootstrap+" (comma-separated)")
 	f.tls.register(cmd)
+	fl.Lookup("cluster").Usage = clusterFlagHelp
+	f.kube.register(fl)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr(c, err) })
 }
 
@@ -270,30 +282,51 @@ func (f *shardFlags) bootstrapAddrs(cmd *cobra.Command, getenv func(string) stri
 	return out, nil
 }
 
-// dial connects to the broker (--broker), or learns the cluster from
-// --bootstrap, offering the trim tag so CursorTooOld carries the trim's
-// headers [TR-4].
-func (f *shardFlags) dial(cmd *cobra.Command) (shardClient, error) {
-	boot, err := f.bootstrapAddrs(cmd, os.Getenv)
+// target is where a client command's requests go, from its flags.
+type target struct {
+	// bootstrap are the addresses of --bootstrap or FELIX_BOOTSTRAP; none:
+	// --broker alone, or the kubeconfig's (viaKube).
+	bootstrap []string
+	// cluster is --cluster resolved against -n and the kubeconfig's
+	// namespace; zero without --cluster.
+	cluster clusterRef
+	// viaKube: the bootstrap addresses are to be read through the
+	// kubeconfig (--cluster without --broker, --bootstrap or
+	// FELIX_BOOTSTRAP).
+	viaKube bool
+}
+
+// target resolves the address flags. Precedence: --broker, --bootstrap
+// and FELIX_BOOTSTRAP (bootstrapAddrs) win over the kubeconfig, which is
+// used to find the cluster's brokers only when none of them is given and
+// --cluster is. Errors are usage errors, or a *clusterLookupError when the
+// kubeconfig (needed for the namespace of --cluster NAME without -n) does
+// not load.
+func (f *shardFlags) target(cmd *cobra.Command, getenv func(string) string) (target, error) {
+	boot, err := f.bootstrapAddrs(cmd, getenv)
 	if err != nil {
-		return nil, usageErr(cmd, err)
+		return target{}, err
 	}
-	if f.idempotent && len(boot) == 0 {
-		// Only a routing client numbers appends; a standalone broker
-		// lists no shards, so it serves them itself.
-		boot = []string{f.broker}
+	ref, ok, err := clusterRefOf(f.tls.cluster, &f.kube)
+	if err != nil {
+		return target{}, err
 	}
-	addr := f.broker
-	if len(boot) > 0 {
-		addr = boot[0]
-	}
-	opts, ct, err := f.tls.dialOptions(cmd, addr)
+	t := target{bootstrap: boot, cluster: ref}
+	t.viaKube = ok && len(boot) == 0 && !cmd.Flags().Changed("broker")
+	return t, nil
+}
+
+// dial connects to the broker (--broker), or learns the cluster from
+// --bootstrap or, for --cluster alone, from the addresses the kubeconfig's
+// API server lists for it; it offers the trim tag so CursorTooOld carries
+// the trim's headers [TR-4].
+func (f *shardFlags) dial(cmd *cobra.Command) (shardClient, error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	boot, opts, err := f.endpoints(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
-	f.who = ct.identity
-	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	defer cancel()
 	if len(boot) > 0 {
 		c, err := client.NewCluster(ctx, client.ClusterOptions{Options: opts, Idempotent: f.idempotent}, boot...)
 		if err != nil {
@@ -306,6 +339,54 @@ func (f *shardFlags) dial(cmd *cobra.Command) (shardClient, error) {
 		return nil, f.report(cmd, err)
 	}
 	return c, nil
+}
+
+// endpoints resolves where the command's requests go: the bootstrap
+// addresses of a routing client (--bootstrap, FELIX_BOOTSTRAP, or for
+// --cluster alone the kubeconfig's; none means --broker alone) and the
+// options to dial with. ctx bounds the kubeconfig lookup. Errors are
+// reported (usage errors, or the lookup's).
+func (f *shardFlags) endpoints(ctx context.Context, cmd *cobra.Command) ([]string, client.Options, error) {
+	tg, err := f.target(cmd, os.Getenv)
+	if err != nil {
+		if le := (*clusterLookupError)(nil); errors.As(err, &le) {
+			return nil, client.Options{}, reportErr(cmd, err)
+		}
+		return nil, client.Options{}, usageErr(cmd, err)
+	}
+	if tg.cluster != (clusterRef{}) {
+		// The broker's certificate must be of this cluster, however
+		// --cluster was spelled.
+		f.tls.cluster = tg.cluster.String()
+	}
+	if _, err := f.tls.resolve(os.Getenv); err != nil {
+		return nil, client.Options{}, usageErr(cmd, err)
+	}
+	boot := tg.bootstrap
+	if tg.viaKube {
+		r, err := f.kube.source().Reader()
+		if err == nil {
+			boot, err = clusterBootstrap(ctx, r, tg.cluster)
+		}
+		if err != nil {
+			return nil, client.Options{}, reportErr(cmd, err)
+		}
+	}
+	if f.idempotent && len(boot) == 0 {
+		// Only a routing client numbers appends; a standalone broker
+		// lists no shards, so it serves them itself.
+		boot = []string{f.broker}
+	}
+	addr := f.broker
+	if len(boot) > 0 {
+		addr = boot[0]
+	}
+	opts, ct, err := f.tls.dialOptions(cmd, addr)
+	if err != nil {
+		return nil, client.Options{}, err
+	}
+	f.who = ct.identity
+	return boot, opts, nil
 }
 
 // report is reportErr naming the identity the command authenticated as.
@@ -421,6 +502,7 @@ func errorJSON(err error) (map[string]any, int) {
 	var ue *client.UnknownOutcomeError
 	var ae *client.AuthError
 	var he *client.HandshakeError
+	var le *clusterLookupError
 	switch {
 	case errors.As(err, &ae):
 		var who string
@@ -431,6 +513,10 @@ func errorJSON(err error) (map[string]any, int) {
 		return out, exitBrokerError
 	case errors.As(err, &he):
 		tlsJSON(out, he)
+		return out, exitBrokerError
+	case errors.As(err, &le):
+		out["error"] = errNameClusterLookup
+		out["reason"] = le.reason
 		return out, exitBrokerError
 	case errors.As(err, &ue):
 		out["error"] = errNameUnknownOutcome

@@ -54,6 +54,7 @@ func newRootCmd() *cobra.Command {
 		newReadCmd(),
 		newTrimCmd(),
 		newDescribeCmd(),
+		newCounterCmd(),
 		newShardsCmd(),
 		newStreamsCmd(),
 		newBenchCmd(),

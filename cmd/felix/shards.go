@@ -66,7 +66,8 @@ and the replica set. Any broker of the cluster answers (the Metadata
 request); the principal needs Describe on the stream. A standalone broker
 knows no shards and prints nothing.`,
 		Example: `  felix shards --bootstrap 127.0.0.2 --stream events
-  FELIX_BOOTSTRAP=demo-client.default.svc:7100 felix shards --stream events -o table`,
+  FELIX_BOOTSTRAP=demo.default.svc:7100 felix shards --stream events -o table
+  felix shards --cluster demo -n default --tls-dir ./alice --stream events   # addresses through the kubeconfig`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd); err != nil {
@@ -98,8 +99,9 @@ func newStreamsCmd() *cobra.Command {
 		Long: `Print every stream of the cluster the principal may Describe, with its
 number of shards and how many of them have a leader. Streams it may not
 Describe are left out.`,
-		Example: `  felix streams --bootstrap 127.0.0.2 -o table`,
-		Args:    noArgs,
+		Example: `  felix streams --bootstrap 127.0.0.2 -o table
+  felix streams --cluster demo -n default --tls-dir ./alice -o table   # addresses through the kubeconfig`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.output != "json" && f.output != "table" {
 				return usageErr(cmd, fmt.Errorf("unknown output format %q (want json or table)", f.output))

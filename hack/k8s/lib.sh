@@ -65,3 +65,12 @@ node_builds_cached() {
     have_all "${NODE_CACHE}/cni-plugins-${CNI_PLUGINS_VERSION}" bridge host-local loopback portmap firewall &&
     have_all "${NODE_CACHE}" "crictl-${CRI_TOOLS_VERSION}" "coredns-${COREDNS_VERSION}" "pause-${PAUSE_VERSION}"
 }
+
+# csi_builds_cached: the CSI sidecars and snapshot CRDs (hack/k8s/build.sh
+# csi) are in the per-user cache, so deploying the CSI driver takes a
+# minute (the driver itself is built from the tree each time).
+csi_builds_cached() {
+  have_all "${NODE_CACHE}/csi" "snapshot-crds-${CSI_SNAPSHOTTER_VERSION}.yaml" \
+    "csi-snapshotter-${CSI_SNAPSHOTTER_VERSION}" "snapshot-controller-${CSI_SNAPSHOTTER_VERSION}" \
+    "csi-provisioner-${CSI_PROVISIONER_VERSION}"
+}

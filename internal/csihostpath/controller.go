@@ -197,14 +197,15 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, grpcError(err)
 	}
-	if _, err := d.store.getVolume(req.GetSourceVolumeId()); err != nil {
-		return nil, grpcError(err)
-	}
-	m, err := d.store.createSnapshot(snapshotMeta{ID: id, Name: req.GetName(), SourceVolume: req.GetSourceVolumeId(), Created: time.Now().UTC()})
+	vol, err := d.store.getVolume(req.GetSourceVolumeId())
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	d.cfg.Log.Info("snapshot created", "name", m.Name, "id", m.ID, "volume", m.SourceVolume, "size", m.SizeBytes)
+	m, err := d.store.createSnapshot(snapshotMeta{ID: id, Name: req.GetName(), SourceVolume: req.GetSourceVolumeId(), Created: time.Now().UTC()}, vol.CapacityBytes)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	d.cfg.Log.Info("snapshot created", "name", m.Name, "id", m.ID, "volume", m.SourceVolume, "size", m.SizeBytes, "copied", m.CopiedBytes)
 	return &csi.CreateSnapshotResponse{Snapshot: snapshot(m)}, nil
 }
 

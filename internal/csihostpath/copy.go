@@ -1,6 +1,7 @@
 package csihostpath
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -114,7 +115,7 @@ func copyFile(sroot, droot *os.Root, name string, info fs.FileInfo) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(out, in)
+	n, err := copySparse(out, in, st.Size())
 	if err == nil {
 		err = out.Sync()
 	}
@@ -143,4 +144,54 @@ func chown(root *os.Root, name string, info fs.FileInfo, link bool) {
 	} else {
 		_ = root.Chown(name, int(st.Uid), int(st.Gid))
 	}
+}
+
+// Whence values of lseek(2) for sparse files (Linux).
+const (
+	seekData = 3 // SEEK_DATA
+	seekHole = 4 // SEEK_HOLE
+)
+
+// copySparse copies the size bytes of in to out, which is empty, keeping
+// in's holes as holes: only the data ranges lseek(SEEK_DATA/SEEK_HOLE)
+// reports are written, and out is then extended to size. A database's
+// preallocated files are mostly holes (a broker's store: 2.2 GB apparent
+// on a 256Mi claim), which a plain copy would write out as zeros on every
+// snapshot and restore. Where the file system cannot report holes, the
+// whole file is copied. It returns size.
+func copySparse(out, in *os.File, size int64) (int64, error) {
+	for off := int64(0); off < size; {
+		data, err := in.Seek(off, seekData)
+		if errors.Is(err, syscall.ENXIO) { // no data after off: a hole to the end
+			break
+		}
+		if errors.Is(err, syscall.EINVAL) && off == 0 { // holes not reported here
+			if _, err := in.Seek(0, io.SeekStart); err != nil {
+				return 0, err
+			}
+			n, err := io.Copy(out, in)
+			return n, err
+		}
+		if err != nil {
+			return off, err
+		}
+		hole, err := in.Seek(data, seekHole)
+		if err != nil {
+			return data, err
+		}
+		if hole > size { // the file grew during the copy: up to size only
+			hole = size
+		}
+		if _, err := in.Seek(data, io.SeekStart); err != nil {
+			return data, err
+		}
+		if _, err := out.Seek(data, io.SeekStart); err != nil {
+			return data, err
+		}
+		if _, err := io.CopyN(out, in, hole-data); err != nil {
+			return data, err
+		}
+		off = hole
+	}
+	return size, out.Truncate(size)
 }

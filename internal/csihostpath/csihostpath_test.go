@@ -1,6 +1,7 @@
 package csihostpath
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -349,7 +350,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 
 	snap := h.createSnapshot(t, "snap-1", src.GetVolumeId())
 	if !snap.GetReadyToUse() || snap.GetSourceVolumeId() != src.GetVolumeId() || snap.GetCreationTime() == nil ||
-		snap.GetSizeBytes() != int64(len("first segment")+len("second")+len("7")) {
+		snap.GetSizeBytes() != 1<<20 {
 		t.Errorf("snapshot %v", snap)
 	}
 	again := h.createSnapshot(t, "snap-1", src.GetVolumeId())
@@ -719,5 +720,77 @@ func TestUnescapeMountinfo(t *testing.T) {
 		if got := unescapeMountinfo(tt.in); got != tt.want {
 			t.Errorf("unescapeMountinfo(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// A snapshot's restore size is its source's capacity, not the apparent
+// size of what it holds: a broker's store preallocates sparse files far
+// longer than its claim (2.2 GB on a 256Mi claim on the real node), and a
+// size above the claim's made the external-provisioner refuse every
+// restore to a claim of the source's size.
+func TestSnapshotRestoreSizeIsTheSourceCapacity(t *testing.T) {
+	h := newHarness(t)
+	src := h.createVolume(t, "pvc-sparse", 1<<20, "")
+	f, err := os.Create(filepath.Join(h.d.store.volumeDataDir(src.GetVolumeId()), "000001.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(8 << 20); err != nil { // sparse: 8 MiB apparent
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snap := h.createSnapshot(t, "snap-sparse", src.GetVolumeId())
+	if snap.GetSizeBytes() != 1<<20 {
+		t.Fatalf("restore size %d, want the source's capacity %d", snap.GetSizeBytes(), 1<<20)
+	}
+	restored := h.createVolume(t, "pvc-restored", 1<<20, snap.GetSnapshotId())
+	if fi, err := os.Stat(filepath.Join(h.d.store.volumeDataDir(restored.GetVolumeId()), "000001.vlog")); err != nil || fi.Size() != 8<<20 {
+		t.Fatalf("restored file: %v %v", fi, err)
+	}
+}
+
+// A snapshot keeps a sparse file's holes: the copy's content equals the
+// source's, and it takes about the blocks of its data, not its length.
+func TestSnapshotKeepsHoles(t *testing.T) {
+	h := newHarness(t)
+	src := h.createVolume(t, "pvc-holes", 1<<20, "")
+	name := filepath.Join(h.d.store.volumeDataDir(src.GetVolumeId()), "000001.vlog")
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("head"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("middle"), 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snap := h.createSnapshot(t, "snap-holes", src.GetVolumeId())
+	copied := filepath.Join(h.d.store.dir(snapshotPrefix, snap.GetSnapshotId()), dataDir, "000001.vlog")
+	want, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(copied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the copy differs from its source (%d and %d bytes)", len(got), len(want))
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(copied, &st); err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Blocks * 512; used > 4<<20 {
+		t.Errorf("the copy of a 64 MiB file holding 10 bytes uses %d bytes on disk: its holes were written out", used)
 	}
 }

@@ -76,11 +76,18 @@ type volumeMeta struct {
 
 // snapshotMeta is snapshots/<id>/meta.json.
 type snapshotMeta struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	SourceVolume string    `json:"sourceVolume"`
-	SizeBytes    int64     `json:"sizeBytes"`
-	Created      time.Time `json:"created"`
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	SourceVolume string `json:"sourceVolume"`
+	// SizeBytes is the snapshot's restore size: the capacity its source
+	// volume was provisioned with (what a volume made from it must ask
+	// for at least), or, for a source without one, CopiedBytes.
+	SizeBytes int64 `json:"sizeBytes"`
+	// CopiedBytes is the apparent size of the regular files copied. It
+	// can exceed the source's capacity, which is never enforced (a
+	// database's sparse, preallocated files count at their full length).
+	CopiedBytes int64     `json:"copiedBytes"`
+	Created     time.Time `json:"created"`
 }
 
 // store keeps volumes and snapshots under root:
@@ -171,13 +178,24 @@ func (s *store) createVolume(m volumeMeta) error {
 	})
 }
 
-// createSnapshot copies the tree of volume m.SourceVolume into snapshot
-// m (m.ID from nameID) and sets m.SizeBytes to the bytes of regular files
-// copied. It returns the metadata written.
-func (s *store) createSnapshot(m snapshotMeta) (snapshotMeta, error) {
+// createSnapshot copies the tree of volume m.SourceVolume, provisioned
+// with capacity bytes, into snapshot m (m.ID from nameID), and sets
+// m.CopiedBytes to the bytes of regular files copied and m.SizeBytes to
+// capacity (CopiedBytes when capacity is 0). It returns the metadata
+// written.
+//
+// The restore size is the source's capacity, not what was copied: the
+// external-provisioner refuses a claim smaller than a snapshot's size,
+// and the copied apparent size of a broker's volume (its store's sparse
+// preallocated files) was 2.2 GB for a 256Mi claim on the real node, so
+// no claim of the source's size could be restored from it.
+func (s *store) createSnapshot(m snapshotMeta, capacity int64) (snapshotMeta, error) {
 	err := s.build(snapshotPrefix, m.ID, &m, func(data string) error {
 		n, err := copyTree(s.volumeDataDir(m.SourceVolume), data)
-		m.SizeBytes = n
+		m.CopiedBytes, m.SizeBytes = n, n
+		if capacity > 0 {
+			m.SizeBytes = capacity
+		}
 		return err
 	})
 	return m, err

@@ -11,7 +11,11 @@
 //   - every felix_* metric an alert of the chart's PrometheusRule queries
 //     is registered by the broker or the operator, and every felix_*
 //     metric they register is named in docs/metrics.md (the names come
-//     from the metric constructors' descriptions, not from a list).
+//     from the metric constructors' descriptions, not from a list);
+//   - the chart's Grafana dashboard (charts/felix/files/dashboards) is
+//     valid JSON with unique panel ids, queries only its ${datasource}
+//     variable, and names only registered felix_* metrics, with only
+//     labels those metrics have.
 //
 // The flags the docs name are checked against the felix command tree in
 // cmd/felix (TestDocFlagsExist), where the tree can be built.

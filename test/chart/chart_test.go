@@ -4,11 +4,15 @@
 package chart_test
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"felix.dev/felix/internal/testenv"
 )
@@ -151,13 +155,38 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 		t.Error("the default chart does not pass --v=0")
 	}
 	// The values schema refuses what the templates would render wrong.
-	for _, bad := range [][]string{{"--set", "logLevel=-1"}, {"--set", "replicas=0"}, {"--set", "serviceAccount.nmae=typo"}, {"--set-json", `extraArgs=["-v 3"]`}} {
+	for _, bad := range [][]string{{"--set", "logLevel=-1"}, {"--set", "replicas=0"}, {"--set", "serviceAccount.nmae=typo"}, {"--set-json", `extraArgs=["-v 3"]`},
+		{"--set", "monitoring.grafanaDashboard.nmae=typo"}, {"--set", "monitoring.grafanaDashboard.namespace=Not_A_Namespace"}} {
 		args := append([]string{"template", "felix", "charts/felix"}, bad...)
 		cmd := exec.Command(helm, args...)
 		cmd.Dir = testenv.RepoRoot()
 		if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "schema") {
 			t.Errorf("helm template %v: want a values schema error, got %v:\n%s", bad, err, b)
 		}
+	}
+
+	// The Grafana dashboard: off by default; on, a ConfigMap with the
+	// sidecar's label (and the annotations and namespace asked for) holding
+	// files/dashboards/felix.json unchanged, which the API server takes.
+	if strings.Contains(template(), "felix-dashboard") {
+		t.Error("the default chart renders the Grafana dashboard ConfigMap")
+	}
+	rendered = template("--set", "monitoring.grafanaDashboard.enabled=true,monitoring.grafanaDashboard.namespace=team-a",
+		"--set-json", `monitoring.grafanaDashboard.annotations={"grafana_folder":"Felix"}`)
+	dash := dashboardConfigMap(t, rendered)
+	if dash.Namespace != "team-a" || dash.Labels["grafana_dashboard"] != "1" || dash.Annotations["grafana_folder"] != "Felix" {
+		t.Errorf("dashboard ConfigMap: namespace %q, labels %v, annotations %v; want team-a, grafana_dashboard=1, grafana_folder=Felix",
+			dash.Namespace, dash.Labels, dash.Annotations)
+	}
+	file, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "charts/felix/files/dashboards/felix.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dash.Data["felix.json"]; got != strings.TrimSpace(string(file)) {
+		t.Errorf("the dashboard ConfigMap's felix.json (%d bytes) is not files/dashboards/felix.json (%d bytes)", len(got), len(file))
+	}
+	if out := dryRun("dashboard", rendered); !strings.Contains(out, "configmap/felix-felix-dashboard serverside-applied") {
+		t.Errorf("dashboard dry run lacks the ConfigMap:\n%s", out)
 	}
 
 	// The kustomize config installs the same things.
@@ -175,10 +204,12 @@ func TestChartAndKustomizeApplyWithServerDryRun(t *testing.T) {
 	// grant of prefix "*" (not a wildcard: a prefix is a stream-name
 	// prefix) is refused.
 	run(t, "kubectl", kc, "apply", "--server-side", "-f", "charts/felix/crds")
-	run(t, "kubectl", kc, "wait", "--for=condition=Established", "crd/felixusers.felix.dev", "crd/felixclusters.felix.dev", "--timeout=60s")
+	run(t, "kubectl", kc, "wait", "--for=condition=Established", "crd/felixusers.felix.dev", "crd/felixclusters.felix.dev", "crd/felixscheduledbackups.felix.dev", "--timeout=60s")
 	out = run(t, "kubectl", kc, "apply", "--server-side", "--dry-run=server", "-n", "default", "-f", "config/samples")
-	if !strings.Contains(out, "felixcluster.felix.dev/demo serverside-applied") {
-		t.Errorf("samples dry run lacks the FelixCluster:\n%s", out)
+	for _, want := range []string{"felixcluster.felix.dev/demo serverside-applied", "felixcluster.felix.dev/demo-pool serverside-applied"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("samples dry run lacks %q:\n%s", want, out)
+		}
 	}
 	user := filepath.Join(dir, "user.yaml")
 	if err := os.WriteFile(user, []byte(`apiVersion: felix.dev/v1alpha1
@@ -214,4 +245,18 @@ spec:
 	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "prefix") {
 		t.Errorf("a grant of prefix \"*\" was not refused (err %v):\n%s", err, b)
 	}
+}
+
+// dashboardConfigMap returns the Grafana dashboard ConfigMap of a rendered
+// chart.
+func dashboardConfigMap(t *testing.T, rendered string) corev1.ConfigMap {
+	t.Helper()
+	for _, doc := range bytes.Split([]byte(rendered), []byte("\n---\n")) {
+		var cm corev1.ConfigMap
+		if err := yaml.Unmarshal(doc, &cm); err == nil && cm.Kind == "ConfigMap" && strings.HasSuffix(cm.Name, "-felix-dashboard") {
+			return cm
+		}
+	}
+	t.Fatal("helm template with monitoring.grafanaDashboard.enabled=true renders no dashboard ConfigMap")
+	return corev1.ConfigMap{}
 }

@@ -319,15 +319,24 @@ func (c *cluster) addressOf(name string) string {
 
 func (c *cluster) createStream(t testing.TB, name string, replicas int32) {
 	t.Helper()
+	c.createStreamShards(t, name, replicas, 1)
+}
+
+// createStreamShards creates a Quorum stream of shards shards and waits
+// until each has an assignment.
+func (c *cluster) createStreamShards(t testing.TB, name string, replicas, shards int32) {
+	t.Helper()
 	st := &felixv1.FelixStream{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace},
-		Spec: felixv1.FelixStreamSpec{Cluster: c.name, Shards: 1, Replicas: replicas, Ack: felixv1.AckQuorum}}
+		Spec: felixv1.FelixStreamSpec{Cluster: c.name, Shards: shards, Replicas: replicas, Ack: felixv1.AckQuorum}}
 	if err := c.c.Create(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	c.eventually("an assignment for "+name, 60*time.Second, func() (bool, string) {
-		sh := c.shard(name, 0)
-		return sh != nil && sh.Status.Assignment != nil, "no assignment yet"
-	})
+	for i := 0; i < int(shards); i++ {
+		c.eventually(fmt.Sprintf("an assignment for %s-%d", name, i), 60*time.Second, func() (bool, string) {
+			sh := c.shard(name, i)
+			return sh != nil && sh.Status.Assignment != nil, "no assignment yet"
+		})
+	}
 }
 
 // waitServing waits until shard 0 of stream name has a leader that

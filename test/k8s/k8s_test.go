@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -123,14 +124,32 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 const podSecurity = `{"runAsNonRoot": true, "runAsUser": 65532, "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}`
 
 // felixClient runs `felix ARGS...` once in a pod of namespace ns, as user
-// (its FelixUser Secret mounted at /tls), with stdin, and returns its
-// standard output. The pod is removed afterwards.
+// (its FelixUser Secret mounted at /tls), with stdin, and returns what it
+// printed. The pod is removed afterwards.
 func (e env) felixClient(t *testing.T, ns, name, user, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var in io.Reader
+	if stdin != "" {
+		in = strings.NewReader(stdin)
+	}
+	return e.felixClientIO(t, ns, name, user, in, io.Discard, args...)
+}
+
+// felixClientIO is felixClient with stdin read from in (nil: none) while
+// the command runs; what the pod prints is also written to progress as it
+// comes (through kubectl attach, which may lose the end of it).
+//
+// What it returns is the container's log once the pod has finished, never
+// the attach stream: `kubectl run -i --rm` loses the output of a container
+// that ends before kubectl attached (seen on the real node: a read printed
+// nothing and kubectl exited 0), and prints it twice when an attach
+// breaks and it falls back to the logs. The exit code is the container's.
+func (e env) felixClientIO(t *testing.T, ns, name, user string, in io.Reader, progress io.Writer, args ...string) (string, error) {
 	t.Helper()
 	container := map[string]any{
 		"name": name, "image": e.image, "imagePullPolicy": "Never",
 		"command": []string{"felix"}, "args": args,
-		"stdin": stdin != "", "stdinOnce": stdin != "",
+		"stdin": in != nil, "stdinOnce": in != nil,
 		"env":             []map[string]string{{"name": "FELIX_TLS_DIR", "value": "/tls"}},
 		"volumeMounts":    []map[string]any{{"name": "tls", "mountPath": "/tls", "readOnly": true}},
 		"securityContext": json.RawMessage(podSecurity),
@@ -143,11 +162,44 @@ func (e env) felixClient(t *testing.T, ns, name, user, stdin string, args ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	runArgs := []string{"run", name, "-n", ns, "--image", e.image, "--restart=Never", "--rm", "--quiet",
-		"--pod-running-timeout=3m", "--overrides", string(overrides), "-i"}
-	r := e.exec(stdin, e.kubectlBin, runArgs...)
-	if r.err != nil {
-		return r.out, fmt.Errorf("felix %s: %w: %s", strings.Join(args, " "), r.err, r.errOut)
+	defer e.exec("", e.kubectlBin, "-n", ns, "delete", "pod", name, "--ignore-not-found", "--wait=true", "--timeout=2m")
+	runArgs := []string{"run", name, "-n", ns, "--image", e.image, "--restart=Never", "--quiet",
+		"--pod-running-timeout=3m", "--overrides", string(overrides)}
+	if in != nil {
+		runArgs = append(runArgs, "-i")
 	}
-	return r.out, nil
+	cmd := exec.Command(e.kubectlBin, runArgs...)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	if in != nil {
+		cmd.Stdin = in
+	}
+	var errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = progress, &errOut
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("kubectl run %s (felix %s): %w: %s", name, strings.Join(args, " "), err, errOut.String())
+	}
+	var code string
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		r := e.exec("", e.kubectlBin, "-n", ns, "get", "pod", name, "-o",
+			`jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.exitCode}`)
+		phase, exit, _ := strings.Cut(strings.TrimSpace(r.out), " ")
+		if r.err == nil && (phase == "Succeeded" || phase == "Failed") && exit != "" {
+			code = exit
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("felix %s: pod %s did not finish: %q %v %s", strings.Join(args, " "), name, r.out, r.err, r.errOut)
+		}
+		time.Sleep(time.Second)
+	}
+	logs := e.exec("", e.kubectlBin, "-n", ns, "logs", name)
+	if logs.err != nil {
+		return "", fmt.Errorf("felix %s: logs of %s: %w: %s", strings.Join(args, " "), name, logs.err, logs.errOut)
+	}
+	if code != "0" {
+		return logs.out, fmt.Errorf("felix %s: exit code %s: %s", strings.Join(args, " "), code, logs.out)
+	}
+	return logs.out, nil
 }
