@@ -227,6 +227,10 @@ func (s *assignmentSync) applyAssignment(a controlplane.Assignment, id record.Sh
 type resolver struct {
 	reader    client.Reader
 	namespace string
+	// cluster is this broker's FelixCluster: a name resolves only to a
+	// FelixBroker of it. Another cluster of the namespace is never a
+	// leader to hint or a peer to dial, whatever name reaches us.
+	cluster string
 	// insecure: peers replicate over the client address (no peer port).
 	insecure bool
 	log      logr.Logger
@@ -235,6 +239,10 @@ type resolver struct {
 // errNoPeerAddress: the broker registered no peer address: it predates
 // the peer port (or runs insecure), and a secure member does not dial its
 // client port for replication.
+// errOtherCluster: the name is a FelixBroker of another cluster of the
+// namespace.
+var errOtherCluster = errors.New("another cluster's broker")
+
 var errNoPeerAddress = errors.New("registered no peer address (an older or insecure broker): not dialable for replication")
 
 func (r resolver) get(n replication.NodeID) (*felixv1.FelixBroker, error) {
@@ -243,6 +251,9 @@ func (r resolver) get(n replication.NodeID) (*felixv1.FelixBroker, error) {
 	var b felixv1.FelixBroker
 	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: string(n)}, &b); err != nil {
 		return nil, fmt.Errorf("resolve broker %s: %w", n, err)
+	}
+	if r.cluster != "" && b.Spec.Cluster != r.cluster {
+		return nil, fmt.Errorf("resolve broker %s: %w: it belongs to cluster %q, this broker to %q", n, errOtherCluster, b.Spec.Cluster, r.cluster)
 	}
 	return &b, nil
 }

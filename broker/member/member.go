@@ -296,7 +296,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return err
 	}
-	resolver := resolver{reader: reader, namespace: cfg.Namespace, insecure: cfg.Insecure, log: log.WithName("resolver")}
+	resolver := resolver{reader: reader, namespace: cfg.Namespace, cluster: cfg.Cluster, insecure: cfg.Insecure, log: log.WithName("resolver")}
 	var peerTLS func(replication.NodeID) *tls.Config
 	if !cfg.Insecure {
 		peerTLS = PeerDialTLS(cfg.TLS)

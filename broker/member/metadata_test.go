@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/record"
@@ -105,6 +108,36 @@ func TestAddrCacheRereadsAfterItsTTL(t *testing.T) {
 		answer, fail = step.answer, step.fail
 		if got := c.get("b-0"); got != step.want || reads != step.wantReads {
 			t.Fatalf("after %v: %q with %d reads, want %q with %d", step.advance, got, reads, step.want, step.wantReads)
+		}
+	}
+}
+
+// TestResolverKeepsToItsCluster: a broker name resolves only to a
+// FelixBroker of this broker's cluster. Two clusters share a namespace
+// (a cluster restored from another's backup beside it): a name of the
+// other cluster is never hinted to a client or dialled as a peer, because
+// its certificates come from another CA and its data is another log.
+func TestResolverKeepsToItsCluster(t *testing.T) {
+	fb := func(name, cluster, addr string) *felixv1.FelixBroker {
+		return &felixv1.FelixBroker{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec:       felixv1.FelixBrokerSpec{Cluster: cluster},
+			Status:     felixv1.FelixBrokerStatus{Address: addr, PeerAddress: addr},
+		}
+	}
+	scheme := runtime.NewScheme()
+	if err := felixv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		fb("restored-0", "restored", "10.0.0.1:7100"), fb("demo-1", "demo", "10.0.0.9:7100")).Build()
+	r := resolver{reader: cl, namespace: "ns", cluster: "restored", log: logr.Discard()}
+	if a, err := r.clientAddr("restored-0"); err != nil || a != "10.0.0.1:7100" {
+		t.Fatalf("own broker: %q, %v", a, err)
+	}
+	for name, get := range map[string]func(replication.NodeID) (string, error){"client": r.clientAddr, "peer": r.resolve} {
+		if a, err := get("demo-1"); !errors.Is(err, errOtherCluster) {
+			t.Errorf("%s address of another cluster's broker: %q, %v; want errOtherCluster", name, a, err)
 		}
 	}
 }

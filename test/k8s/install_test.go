@@ -498,7 +498,7 @@ func readShard(t *testing.T, e env, bootstrap, pod, user string, shard int) []re
 		"read", "--bootstrap", bootstrap, "--stream", "events", "--shard", fmt.Sprint(shard), "--from", "earliest", "--output", "json")
 	if err != nil && strings.Contains(err.Error(), `"TLSHandshake"`) {
 		cluster, _, _ := strings.Cut(bootstrap, ".")
-		t.Fatalf("%v\nwhat each side holds:\n%s", err, tlsDiagnosis(t, e, cluster, user))
+		t.Fatalf("%v\nwhat each side holds:\n%s\n%v", err, tlsDiagnosis(t, e, cluster, user, err), err)
 	}
 	if err != nil {
 		t.Fatal(err)

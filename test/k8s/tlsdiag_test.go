@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,17 @@ import (
 // certificate Secret, and the certificate each ready endpoint of the
 // cluster's Service presents when dialled from the node. It never fails
 // the test itself: it is what the failure message carries.
-func tlsDiagnosis(t *testing.T, e env, cluster, user string) string {
+func tlsDiagnosis(t *testing.T, e env, cluster, user string, failure error) string {
 	t.Helper()
 	var b strings.Builder
+	// What scrolls away first comes first: CI keeps the end of the output,
+	// so the comparison that decides goes last.
+	pods := e.exec("", e.kubectlBin, "-n", appNS, "get", "pods", "-o",
+		"custom-columns=NAME:.metadata.name,IP:.status.podIP,PHASE:.status.phase,DELETING:.metadata.deletionTimestamp,CREATED:.metadata.creationTimestamp")
+	fmt.Fprintf(&b, "  pods:\n%s\n", pods.out)
+	brokers := e.exec("", e.kubectlBin, "-n", appNS, "get", "felixbrokers", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.status.address}{"\n"}{end}`)
+	fmt.Fprintf(&b, "  registered client addresses:\n%s\n", brokers.out)
 	secret := func(name, key string) {
 		r := e.exec("", e.kubectlBin, "-n", appNS, "get", "secret", name, "-o",
 			`jsonpath={.metadata.creationTimestamp} {.metadata.resourceVersion} {.data.`+strings.ReplaceAll(key, ".", `\.`)+`}`)
@@ -40,12 +49,10 @@ func tlsDiagnosis(t *testing.T, e env, cluster, user string) string {
 		}
 		fmt.Fprintf(&b, "  secret %s (created %s, rv %s) %s: %s\n", name, f[0], f[1], key, describePEM(raw))
 	}
-	secret(user, "ca.crt")
-	secret(user, "tls.crt")
-	secret(cluster+"-ca", "ca.crt")
 	for i := 0; i < 3; i++ {
 		secret(fmt.Sprintf("%s-%d-tls", cluster, i), "tls.crt")
 	}
+	secret(user, "tls.crt")
 	eps := e.exec("", e.kubectlBin, "-n", appNS, "get", "endpointslices", "-l", "kubernetes.io/service-name="+cluster, "-o",
 		`jsonpath={range .items[*].endpoints[*]}{.addresses[0]} {.targetRef.name} {.conditions.ready}{"\n"}{end}`)
 	fmt.Fprintf(&b, "  endpoints of Service %s:\n", cluster)
@@ -60,10 +67,27 @@ func tlsDiagnosis(t *testing.T, e env, cluster, user string) string {
 	if ip := strings.TrimSpace(svc.out); ip != "" {
 		fmt.Fprintf(&b, "  Service %s at %s presents %s\n", cluster, ip, presented(net.JoinHostPort(ip, "7100")))
 	}
-	pods := e.exec("", e.kubectlBin, "-n", appNS, "get", "pods", "-o", "wide")
-	fmt.Fprintf(&b, "  pods:\n%s\n", pods.out)
+	// The decisive comparison: the CA the client trusted, the cluster's
+	// CA, and what the address the client failed on presents now (and
+	// which pod holds that address).
+	secret(user, "ca.crt")
+	secret(cluster+"-ca", "ca.crt")
+	if m := handshakeAddr.FindStringSubmatch(failure.Error()); m != nil {
+		host, _, _ := net.SplitHostPort(m[1])
+		owner := "no pod"
+		for _, line := range strings.Split(pods.out, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[1] == host {
+				owner = "pod " + f[0]
+			}
+		}
+		fmt.Fprintf(&b, "  the client failed on %s (%s), which presents %s\n", m[1], owner, presented(m[1]))
+	}
 	return b.String()
 }
+
+// handshakeAddr finds the address in a client's TLS handshake error
+// (client.HandshakeError).
+var handshakeAddr = regexp.MustCompile(`TLS handshake with ([^ :]+:[0-9]+)`)
 
 // presented dials addr and describes the certificate chain it presents,
 // without verifying it.
@@ -103,6 +127,11 @@ func describePEM(raw []byte) string {
 }
 
 func describeCert(c *x509.Certificate) string {
-	return fmt.Sprintf("subject %q issuer %q serial %s valid %s..%s", c.Subject.String(), c.Issuer.String(),
-		c.SerialNumber.Text(16), c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("subject %q issuer %q serial %s key %x by %x valid %s..%s", c.Subject.String(), c.Issuer.String(),
+		c.SerialNumber.Text(16), short(c.SubjectKeyId), short(c.AuthorityKeyId), c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// short is the first bytes of a key id: enough to tell two CAs apart.
+func short(id []byte) []byte {
+	return id[:min(len(id), 6)]
 }
