@@ -163,7 +163,7 @@ func (s *Server) groupError(err error) error {
 	return err
 }
 
-// withGroupShard runs fn on the shard's fold, built, with gs.mu held. When
+// withGroupShard runs fn on the shard's fold, built, with gs.mu held [TR-9]. When
 // fn's append finds the group log's tail moved (another writer appended
 // since the fold: a former leader's fold, or a second server on the same
 // store), the fold is rebuilt from the log and fn runs once more, so its

@@ -137,7 +137,7 @@ func TestGroupLeaseExpiryMovesOwnership(t *testing.T) {
 // holding the stale fold still believes the member owns the shard and
 // its lease runs, yet the conditional append fails, the fold is rebuilt
 // and the commit refused with GroupFenced. The group log stays foldable.
-func TestGroupStaleCommitRefusedByTheLog(t *testing.T) {
+func TestTR9_StaleGroupCommitRefusedByTheLog(t *testing.T) {
 	clk := newFakeClock()
 	opts := Options{GroupLease: 10 * time.Second, Now: clk.Now}
 	b := startBroker(t, opts)
