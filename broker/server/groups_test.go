@@ -202,3 +202,50 @@ func TestGroupStateSurvivesRestartAndTrim(t *testing.T) {
 		t.Fatalf("claim after the restart: %+v %v, want generation 2 from 40", cl, err)
 	}
 }
+
+// Two GroupConsumers on one shard, the broker's clock injected: the second
+// takes the shard over once the first stopped polling for a lease; the
+// first learns it at its next poll (its heartbeat is fenced) and its
+// commit is refused; the second reads from the first's committed offset.
+func TestGroupConsumerTakeoverAfterSilence(t *testing.T) {
+	clk := newFakeClock()
+	b := startBroker(t, Options{GroupLease: 10 * time.Second, Now: clk.Now})
+	ctx := ctxT(t)
+	if _, err := dial(t, b.addr, client.Options{}).Append(ctx, shardA, recs("a", "b", "c", "d"), nil); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.NewCluster(ctx, client.ClusterOptions{Attempts: 3}, b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	member := func(name string) *client.GroupConsumer {
+		g, err := client.NewGroupConsumer(cl, client.GroupConsumerOptions{Stream: shardA.Stream, Shards: []uint32{shardA.Shard}, Group: "g", Member: name, MaxRecords: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	first, second := member("first"), member("second")
+	bs, err := first.Poll(ctx)
+	if err != nil || len(bs) != 1 || len(bs[0].Records) != 2 {
+		t.Fatalf("first poll: %+v %v", bs, err)
+	}
+	if err := first.Commit(ctx, shardA, bs[0].Next); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := second.Poll(ctx); err != nil || len(bs) != 0 {
+		t.Fatalf("second poll within the first's lease: %+v %v", bs, err)
+	}
+	clk.Advance(11 * time.Second)
+	bs, err = second.Poll(ctx)
+	if err != nil || len(bs) != 1 || bs[0].Generation != 2 || bs[0].Records[0].Offset != 2 {
+		t.Fatalf("second poll after the first's lease: %+v %v, want generation 2 from offset 2", bs, err)
+	}
+	if err := first.Commit(ctx, shardA, 4); !errors.Is(err, wire.ErrGroupFenced) {
+		t.Fatalf("commit of the silent member: %v, want GroupFenced", err)
+	}
+	if bs, err := first.Poll(ctx); err != nil || len(bs) != 0 || len(first.Owned()) != 0 {
+		t.Fatalf("first poll after the takeover: %+v %v, owned %v", bs, err, first.Owned())
+	}
+}
