@@ -57,8 +57,9 @@ type Options struct {
 	TLS *tls.Config
 	// Features are the bits the client offers. Zero offers
 	// wire.FeatureTrimTag, wire.FeatureLogPolicy, wire.FeatureStorageErrors,
-	// wire.FeatureAuth, wire.FeatureMetadata, wire.FeatureIdempotent and
-	// wire.FeatureCounters (a client has no storage id); use NoFeatures to offer none.
+	// wire.FeatureAuth, wire.FeatureMetadata, wire.FeatureIdempotent,
+	// wire.FeatureCounters and wire.FeatureGroups (a client has no storage
+	// id); use NoFeatures to offer none.
 	Features wire.Features
 	// NoFeatures offers no feature bit at all: the version-1 frames.
 	NoFeatures bool
@@ -135,7 +136,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) {
 	feats := opts.Features
 	if feats == 0 && !opts.NoFeatures {
-		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters
+		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters | wire.FeatureGroups
 	}
 	if opts.NoFeatures {
 		feats = 0

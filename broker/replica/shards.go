@@ -31,6 +31,12 @@ func (v shardsView) CounterLog(id record.ShardID) (server.Log, error) {
 	return v.leaderLog(id, record.LogCounter)
 }
 
+// GroupLog implements server.GroupShards: the shard's group log, served
+// and refused exactly as DataLog serves the data log.
+func (v shardsView) GroupLog(id record.ShardID) (server.Log, error) {
+	return v.leaderLog(id, record.LogGroup)
+}
+
 // leaderLog returns log l of the shard if this broker leads it.
 func (v shardsView) leaderLog(id record.ShardID, l record.LogKind) (server.Log, error) {
 	s, err := v.m.shard(id)

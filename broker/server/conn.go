@@ -417,6 +417,16 @@ func opName(t wire.MsgType) string {
 		return "counter_get"
 	case wire.MsgCounterSnapshot:
 		return "counter_snapshot"
+	case wire.MsgGroupClaim:
+		return "group_claim"
+	case wire.MsgGroupHeartbeat:
+		return "group_heartbeat"
+	case wire.MsgGroupCommit:
+		return "group_commit"
+	case wire.MsgGroupLeave:
+		return "group_leave"
+	case wire.MsgGroupDescribe:
+		return "group_describe"
 	}
 	return "unknown"
 }

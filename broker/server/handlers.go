@@ -121,6 +121,8 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 		go c.handleMetadata(f.ReqID, req, start, held)
 	case wire.MsgCounterAdd, wire.MsgCounterGet, wire.MsgCounterSnapshot:
 		c.dispatchCounter(f, start, held)
+	case wire.MsgGroupClaim, wire.MsgGroupHeartbeat, wire.MsgGroupCommit, wire.MsgGroupLeave, wire.MsgGroupDescribe:
+		c.dispatchGroup(f, start, held)
 	case wire.MsgHello:
 		c.fail(f.ReqID, "hello", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: "Hello after the handshake"})
 	default:

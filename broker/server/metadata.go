@@ -77,6 +77,23 @@ func (h hintingShards) CounterLog(shard record.ShardID) (Log, error) {
 	return nil, err
 }
 
+// GroupLog serves the group log of the underlying Shards, refusing a shard
+// this broker holds no replica of as DataLog does.
+func (h hintingShards) GroupLog(shard record.ShardID) (Log, error) {
+	gl, ok := h.Shards.(GroupShards)
+	if !ok {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "this broker serves no group logs"}
+	}
+	l, err := gl.GroupLog(shard)
+	if err == nil || !errors.Is(err, record.ErrShardUnknown) {
+		return l, err
+	}
+	if _, derr := h.DataLog(shard); derr != nil {
+		return nil, derr
+	}
+	return nil, err
+}
+
 func lookupMetadata(ctx context.Context, meta Metadata, streams []string) (wire.MetadataOK, error) {
 	bs, err := meta.Brokers(ctx)
 	if err != nil {

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
 )
 
 // Metrics holds the broker's Prometheus collectors. It implements
@@ -38,6 +40,7 @@ type Metrics struct {
 	fullRefusals     prometheus.Counter
 	replRefused      *prometheus.CounterVec // {reason}
 	reqRefused       *prometheus.CounterVec // {reason}
+	groupLags        *prometheus.GaugeVec   // {stream, shard, group}
 }
 
 // Reasons of felix_broker_replication_frames_refused_total.
@@ -106,6 +109,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Frames refused because the frame memory budget stayed full for --frame-memory-wait."}),
 		peerDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_peer_sends_dropped_total",
 			Help: "Replication frames dropped because a peer connection's send queue was full (the peer reads too slowly)."}),
+		groupLags: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "felix_broker_group_lag_records",
+			Help: "Records of a shard's data log above a consumer group's committed offset, as the shard's leader saw them at the group's last request"},
+			[]string{"stream", "shard", "group"}),
 		shardsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_shard_creations_refused_total",
 			Help: "Appends refused because creating their shard would exceed --max-shards (standalone)."}),
 		storageFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_storage_full",
@@ -126,14 +132,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.reqRefused.WithLabelValues(r)
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
-	for _, op := range []string{"append", "read", "trim", "describe", "metadata", "counter_add", "counter_get", "counter_snapshot"} {
+	for _, op := range []string{"append", "read", "trim", "describe", "metadata", "counter_add", "counter_get", "counter_snapshot",
+		"group_claim", "group_heartbeat", "group_commit", "group_leave", "group_describe"} {
 		m.okRequests[op] = m.requests.WithLabelValues(op, "ok")
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
 		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
 		m.frameMemory, m.framesIncomplete, m.frameRefused, m.peerDropped, m.shardsRefused,
-		m.storageFull, m.storageFree, m.fullRefusals, m.replRefused, m.reqRefused} {
+		m.storageFull, m.storageFree, m.fullRefusals, m.replRefused, m.reqRefused, m.groupLags} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -241,6 +248,14 @@ func (m *Metrics) peerSendDropped() {
 		return
 	}
 	m.peerDropped.Inc()
+}
+
+// groupLag sets the lag of group on shard.
+func (m *Metrics) groupLag(shard record.ShardID, group string, lag uint64) {
+	if m == nil {
+		return
+	}
+	m.groupLags.WithLabelValues(shard.Stream, strconv.FormatUint(uint64(shard.Shard), 10), group).Set(float64(lag))
 }
 
 func (m *Metrics) shardRefused() {

@@ -8,6 +8,7 @@ import (
 
 	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/counter"
+	"felix.dev/felix/broker/group"
 	"felix.dev/felix/broker/producer"
 	"felix.dev/felix/broker/wire"
 )
@@ -233,6 +234,18 @@ type Options struct {
 	// shard's counter log and trims the log below it. Zero means
 	// DefaultCounterSnapshotEvery; negative turns it off.
 	CounterSnapshotEvery int
+	// GroupLimits bound each shard's consumer groups (groups, name
+	// length); zero fields take group's defaults. A claim beyond them is
+	// refused with GroupLimit.
+	GroupLimits group.Limits
+	// GroupLease is how long a group member owns a shard without a
+	// heartbeat, claim or commit; zero means DefaultGroupLease.
+	GroupLease time.Duration
+	// GroupSnapshotEvery: after this many entries of a shard's group log
+	// since its last snapshot, the server appends a snapshot and trims the
+	// log below it. Zero means DefaultGroupSnapshotEvery; negative turns
+	// it off.
+	GroupSnapshotEvery int
 }
 
 func (o Options) withDefaults() Options {
@@ -241,6 +254,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Features == 0 {
 		o.Features = wire.KnownFeatures
+	}
+	if o.GroupLease <= 0 {
+		o.GroupLease = DefaultGroupLease
+	}
+	if o.GroupSnapshotEvery == 0 {
+		o.GroupSnapshotEvery = DefaultGroupSnapshotEvery
 	}
 	if o.CounterSnapshotEvery == 0 {
 		o.CounterSnapshotEvery = DefaultCounterSnapshotEvery

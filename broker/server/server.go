@@ -48,6 +48,7 @@ type Server struct {
 
 	idem     perShard[idemShard]    // idempotent producers' tables, per shard
 	counters perShard[counterShard] // counter logs' folds, per shard
+	groups   perShard[groupShard]   // group logs' folds and leases, per shard
 }
 
 // New returns a server that answers requests from shards.

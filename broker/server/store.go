@@ -99,6 +99,8 @@ func NewStoreShards(s *logstore.Store, o StoreShardsOptions) Shards {
 			ss.count++
 		case record.LogCounter:
 			ss.counters++
+		case record.LogGroup:
+			ss.groups++
 		}
 	}
 	return ss
@@ -113,8 +115,10 @@ type storeShards struct {
 	// counters is the counter logs in the store, bounded by MaxShards
 	// apart from the data logs.
 	counters int
-	created  chan struct{}
-	parked   int // WaitCommitted calls waiting for a creation (tests observe it)
+	// groups is the group logs in the store, bounded the same way.
+	groups  int
+	created chan struct{}
+	parked  int // WaitCommitted calls waiting for a creation (tests observe it)
 }
 
 func (s *storeShards) DataLog(shard record.ShardID) (Log, error) {
@@ -135,6 +139,16 @@ func (s *storeShards) CounterLog(shard record.ShardID) (Log, error) {
 	return &absentLog{s: s, id: id}, nil
 }
 
+// GroupLog implements GroupShards: the shard's group log, served as
+// DataLog serves the data log (absent until its first append creates it).
+func (s *storeShards) GroupLog(shard record.ShardID) (Log, error) {
+	id := record.LogID{ShardID: shard, Log: record.LogGroup}
+	if l, ok := s.s.Lookup(id); ok {
+		return l, nil
+	}
+	return &absentLog{s: s, id: id}, nil
+}
+
 // create returns the log id, creating it if it still does not exist and
 // the bound allows.
 func (s *storeShards) create(id record.LogID) (*logstore.Log, error) {
@@ -144,8 +158,11 @@ func (s *storeShards) create(id record.LogID) (*logstore.Log, error) {
 		return l, nil
 	}
 	count := &s.count
-	if id.Log == record.LogCounter {
+	switch id.Log {
+	case record.LogCounter:
 		count = &s.counters
+	case record.LogGroup:
+		count = &s.groups
 	}
 	if s.o.MaxShards > 0 && *count >= s.o.MaxShards {
 		s.o.Metrics.shardRefused()

@@ -56,6 +56,12 @@ const (
 	// counters (too many keys, a key too long, an int64 overflow).
 	// Nothing was written.
 	CodeCounterLimit Code = 15
+	// CodeGroupFenced: the member does not own the shard for the group at
+	// the generation it names, or another member owns it (FeatureGroups).
+	CodeGroupFenced Code = 16
+	// CodeGroupLimit: a group request would pass a bound of the shard's
+	// groups (FeatureGroups).
+	CodeGroupLimit Code = 17
 )
 
 // CodeInfo describes one error code.
@@ -100,6 +106,10 @@ var codeTable = []CodeInfo{
 		"An idempotent append's sequence is neither its producer's next one on the shard nor a batch the leader remembers (a gap, a batch older than the leader's window, or a producer the leader does not know sending a sequence above 0); next is the sequence expected, 0 for an unknown producer. Nothing was written. Only sent to connections that accepted idempotent."},
 	{CodeCounterLimit, "CounterLimit", []string{"limit u64"},
 		"A counter add would pass a bound of the shard's counters: a new key beyond the shard's key cap, a key longer than the key-length cap (limit is the cap), or a value leaving the int64 range (limit 0). Nothing was written. Not retryable as is. Only sent to connections that accepted counters."},
+	{CodeGroupFenced, "GroupFenced", []string{"owner str", "generation u64"},
+		"The member does not own the shard for the group at the generation it named: another member claimed it since (a commit, heartbeat or leave of a superseded generation), or, for a claim, another member owns it and its lease runs. owner and generation are the group's current ones on the shard (owner empty when the shard is free). Nothing was written. The member stops processing the shard; it may claim it again."},
+	{CodeGroupLimit, "GroupLimit", []string{"limit u64"},
+		"A group request would pass a bound of the shard's groups: a new group beyond the shard's group cap, or a group or member name longer than the name-length cap (limit is the cap). Nothing was written. Not retryable as is. Only sent to connections that accepted groups."},
 }
 
 // Codes returns the table of error codes, in numeric order.
@@ -143,8 +153,12 @@ type Error struct {
 	// FeatureMetadata (a HOST:PORT hint, empty when unknown).
 	Leader string
 	Epoch  uint64
-	// RecordTooLarge and CounterLimit.
+	// RecordTooLarge, CounterLimit and GroupLimit.
 	Limit uint64
+	// GroupFenced: the group's current owner (empty when the shard is
+	// free) and generation on the shard.
+	Owner      string
+	Generation uint64
 	// Corrupt: the first damaged offset known.
 	Offset uint64
 	// OutOfSequence: the sequence the leader expects next.
@@ -178,6 +192,10 @@ func (e *Error) Is(target error) bool {
 		return target == ErrOutOfSequence
 	case CodeCounterLimit:
 		return target == ErrCounterLimit
+	case CodeGroupFenced:
+		return target == ErrGroupFenced
+	case CodeGroupLimit:
+		return target == ErrGroupLimit
 	}
 	return false
 }
@@ -199,6 +217,12 @@ var ErrOutOfSequence = errors.New("wire: out of sequence")
 
 // ErrCounterLimit is matched (errors.Is) by a CounterLimit *Error.
 var ErrCounterLimit = errors.New("wire: counter limit")
+
+// ErrGroupFenced is matched (errors.Is) by a GroupFenced *Error.
+var ErrGroupFenced = errors.New("wire: group member fenced")
+
+// ErrGroupLimit is matched (errors.Is) by a GroupLimit *Error.
+var ErrGroupLimit = errors.New("wire: group limit")
 
 // ErrorFrom maps an error from storage or the server to the Error sent on
 // the wire. Unrecognised errors become Unavailable, with their text.
@@ -285,8 +309,14 @@ func EncodeError(e *Error, feats Features) ([]byte, error) {
 		en.u64(e.Offset)
 	case CodeOutOfSequence:
 		en.u64(e.Next)
-	case CodeCounterLimit:
+	case CodeCounterLimit, CodeGroupLimit:
 		en.u64(e.Limit)
+	case CodeGroupFenced:
+		if err := checkStr("owner", e.Owner); err != nil {
+			return nil, err
+		}
+		en.str(e.Owner)
+		en.u64(e.Generation)
 	}
 	return en.b, nil
 }
@@ -306,7 +336,8 @@ func EncodeErrorFor(e *Error, feats Features) ([]byte, error) {
 // (an older client does not retry a BadRequest), and the prefix says why.
 // Without FeatureIdempotent, OutOfSequence becomes BadRequest the same way
 // (such a connection cannot send a sequence, so this is a safeguard), and
-// so does CounterLimit without FeatureCounters.
+// so does CounterLimit without FeatureCounters, and GroupFenced and
+// GroupLimit without FeatureGroups.
 func ErrorFor(e *Error, feats Features) *Error {
 	var (
 		prefix string
@@ -325,6 +356,10 @@ func ErrorFor(e *Error, feats Features) *Error {
 		prefix, code = "out of sequence: ", CodeBadRequest
 	case e.Code == CodeCounterLimit && !feats.Has(FeatureCounters):
 		prefix, code = "counter limit: ", CodeBadRequest
+	case e.Code == CodeGroupFenced && !feats.Has(FeatureGroups):
+		prefix, code = "group fenced: ", CodeBadRequest
+	case e.Code == CodeGroupLimit && !feats.Has(FeatureGroups):
+		prefix, code = "group limit: ", CodeBadRequest
 	default:
 		return e
 	}
@@ -377,8 +412,11 @@ func DecodeError(b []byte, feats Features) (*Error, error) {
 		e.Offset = d.U64("offset")
 	case CodeOutOfSequence:
 		e.Next = d.U64("next")
-	case CodeCounterLimit:
+	case CodeCounterLimit, CodeGroupLimit:
 		e.Limit = d.U64("limit")
+	case CodeGroupFenced:
+		e.Owner = d.str("owner")
+		e.Generation = d.U64("generation")
 	default:
 		if _, known := e.Code.Info(); !known && d.Err == nil {
 			return e, nil

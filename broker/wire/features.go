@@ -61,10 +61,16 @@ const (
 	// with the error code CounterLimit (15). A connection without it gets
 	// BadRequest for the requests and never gets the code.
 	FeatureCounters Features = 1 << 8
+	// FeatureGroups: the broker serves the GroupClaim, GroupHeartbeat,
+	// GroupCommit, GroupLeave and GroupDescribe requests on a shard's group
+	// log, and may answer with the error codes GroupFenced (16) and
+	// GroupLimit (17). A connection without it gets BadRequest for the
+	// requests and never gets the codes.
+	FeatureGroups Features = 1 << 9
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent | FeatureShipBundle | FeatureCounters
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent | FeatureShipBundle | FeatureCounters | FeatureGroups
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -99,6 +105,8 @@ func (f Features) String() string {
 			parts = append(parts, "ship-bundle")
 		case FeatureCounters:
 			parts = append(parts, "counters")
+		case FeatureGroups:
+			parts = append(parts, "groups")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

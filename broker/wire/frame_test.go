@@ -139,7 +139,8 @@ func TestNegotiateRefusesOldVersion(t *testing.T) {
 func TestErrorCodeTableIsStable(t *testing.T) {
 	want := map[Code]string{1: "OffsetMismatch", 2: "CursorTooOld", 3: "NotLeader", 4: "Fenced", 5: "ShardUnknown",
 		6: "RecordTooLarge", 7: "BadRequest", 8: "Unavailable", 9: "UnsupportedVersion",
-		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated", 14: "OutOfSequence", 15: "CounterLimit"}
+		10: "Corrupt", 11: "StorageFull", 12: "NotAuthorized", 13: "Unauthenticated", 14: "OutOfSequence", 15: "CounterLimit",
+		16: "GroupFenced", 17: "GroupLimit"}
 	seen := map[string]bool{}
 	for _, ci := range Codes() {
 		if want[ci.Code] != ci.Name {

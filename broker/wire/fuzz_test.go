@@ -77,6 +77,9 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 		}
 	case MsgCounterAdd, MsgCounterAddOK, MsgCounterGet, MsgCounterGetOK, MsgCounterSnapshot, MsgCounterSnapshotOK:
 		return counterBody(f.Type, f.Body)
+	case MsgGroupClaim, MsgGroupClaimOK, MsgGroupHeartbeat, MsgGroupHeartbeatOK, MsgGroupCommit, MsgGroupCommitOK,
+		MsgGroupLeave, MsgGroupLeaveOK, MsgGroupDescribe, MsgGroupDescribeOK:
+		return groupBody(f.Type, f.Body)
 	case MsgError:
 		var e *Error
 		if e, err = DecodeError(f.Body, feats); err == nil {

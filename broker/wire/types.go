@@ -46,6 +46,29 @@ const (
 	MsgCounterSnapshot MsgType = 0x1E
 	// MsgCounterSnapshotOK answers MsgCounterSnapshot.
 	MsgCounterSnapshotOK MsgType = 0x1F
+	// MsgGroupClaim claims a shard for a consumer group (FeatureGroups).
+	MsgGroupClaim MsgType = 0x20
+	// MsgGroupClaimOK answers MsgGroupClaim.
+	MsgGroupClaimOK MsgType = 0x21
+	// MsgGroupHeartbeat renews a group member's lease on a shard
+	// (FeatureGroups).
+	MsgGroupHeartbeat MsgType = 0x22
+	// MsgGroupHeartbeatOK answers MsgGroupHeartbeat.
+	MsgGroupHeartbeatOK MsgType = 0x23
+	// MsgGroupCommit commits a group's offset on a shard (FeatureGroups).
+	MsgGroupCommit MsgType = 0x24
+	// MsgGroupCommitOK answers MsgGroupCommit.
+	MsgGroupCommitOK MsgType = 0x25
+	// MsgGroupLeave releases a member's ownership of a shard
+	// (FeatureGroups).
+	MsgGroupLeave MsgType = 0x26
+	// MsgGroupLeaveOK answers MsgGroupLeave.
+	MsgGroupLeaveOK MsgType = 0x27
+	// MsgGroupDescribe asks for the consumer groups of a shard
+	// (FeatureGroups).
+	MsgGroupDescribe MsgType = 0x28
+	// MsgGroupDescribeOK answers MsgGroupDescribe.
+	MsgGroupDescribeOK MsgType = 0x29
 
 	// MsgShip is reserved for replication: a leader ships records to a
 	// follower. Brokers without replication answer it with BadRequest.
@@ -103,6 +126,26 @@ func (t MsgType) String() string {
 		return "CounterSnapshot"
 	case MsgCounterSnapshotOK:
 		return "CounterSnapshotOK"
+	case MsgGroupClaim:
+		return "GroupClaim"
+	case MsgGroupClaimOK:
+		return "GroupClaimOK"
+	case MsgGroupHeartbeat:
+		return "GroupHeartbeat"
+	case MsgGroupHeartbeatOK:
+		return "GroupHeartbeatOK"
+	case MsgGroupCommit:
+		return "GroupCommit"
+	case MsgGroupCommitOK:
+		return "GroupCommitOK"
+	case MsgGroupLeave:
+		return "GroupLeave"
+	case MsgGroupLeaveOK:
+		return "GroupLeaveOK"
+	case MsgGroupDescribe:
+		return "GroupDescribe"
+	case MsgGroupDescribeOK:
+		return "GroupDescribeOK"
 	case MsgShip:
 		return "Ship"
 	case MsgShipAnswer:

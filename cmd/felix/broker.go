@@ -21,6 +21,7 @@ import (
 	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/counter"
 	"felix.dev/felix/broker/datadir"
+	"felix.dev/felix/broker/group"
 	"felix.dev/felix/broker/logstore"
 	"felix.dev/felix/broker/member"
 	"felix.dev/felix/broker/replica"
@@ -64,6 +65,8 @@ type brokerFlags struct {
 	maxShards                       int
 	counterSnapshotEvery            int
 	maxCounters                     int
+	groupLease                      time.Duration
+	maxGroups                       int
 	pprof                           bool
 	minFree                         byteSize
 	spaceInterval                   time.Duration
@@ -163,6 +166,8 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.IntVar(&f.maxShards, "max-shards", server.DefaultMaxShards, "standalone: shards the broker creates on first append, at most (0: no limit)")
 	fl.IntVar(&f.counterSnapshotEvery, "counter-snapshot-every", server.DefaultCounterSnapshotEvery, "after this many counter adds to a shard, snapshot its counters into its counter log and trim the log below the snapshot (0: never)")
 	fl.IntVar(&f.maxCounters, "max-counters", counter.DefaultMaxKeys, "counters one shard may hold; an add creating one more is refused with CounterLimit (a shard's snapshot of them must fit one 1 MiB record: at most about 3000 with 256-byte keys)")
+	fl.DurationVar(&f.groupLease, "group-lease", server.DefaultGroupLease, "how long a consumer-group member keeps a shard without a heartbeat, claim or commit; after it another member's claim takes the shard over (after a leadership change, at most twice this)")
+	fl.IntVar(&f.maxGroups, "max-groups", group.DefaultMaxGroups, "consumer groups one shard may record; a claim creating one more is refused with GroupLimit")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles under /debug/pprof/ (cluster mode: on --metrics-listen, behind its check; otherwise on --http)")
 	f.minFree = logstore.DefaultMinFreeBytes
@@ -385,7 +390,8 @@ func (f brokerFlags) serverOptions(tlsConf *tls.Config) server.Options {
 		MaxConnections: f.maxConnections, IdleTimeout: time.Duration(off(int64(f.idleTimeout))),
 		MaxConnectionsPerAddress: int(off(int64(f.maxPerAddress))), MaxFrameMemory: f.maxFrameMemory,
 		FrameMemoryWait: f.frameMemoryWait, PeerQueueBytes: f.peerQueueBytes,
-		CounterSnapshotEvery: int(off(int64(f.counterSnapshotEvery))), CounterLimits: counter.Limits{MaxKeys: f.maxCounters}}
+		CounterSnapshotEvery: int(off(int64(f.counterSnapshotEvery))), CounterLimits: counter.Limits{MaxKeys: f.maxCounters},
+		GroupLease: f.groupLease, GroupLimits: group.Limits{MaxGroups: f.maxGroups}}
 }
 
 // stopBroker drains the server, closes (and so syncs) the store and records

@@ -184,9 +184,9 @@ func (s tlsSettings) load(host string) (clientTLS, error) {
 
 // options returns the client options of a resolved TLS setting. The
 // features include idempotent appends (offered to every broker, used only
-// by append --idempotent) and counters.
+// by append --idempotent), counters and consumer groups.
 func (c clientTLS) options() client.Options {
-	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters, TLS: c.conf}
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters | wire.FeatureGroups, TLS: c.conf}
 }
 
 // dialOptions resolves the TLS flags against the environment, reads the

@@ -55,6 +55,8 @@ func newRootCmd() *cobra.Command {
 		newTrimCmd(),
 		newDescribeCmd(),
 		newCounterCmd(),
+		newGroupsCmd(),
+		newGroupCmd(),
 		newShardsCmd(),
 		newStreamsCmd(),
 		newBenchCmd(),
