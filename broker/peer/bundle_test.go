@@ -359,3 +359,70 @@ func TestPoolNegotiatesBundles(t *testing.T) {
 		})
 	}
 }
+
+// batchRecorder is a recorder that takes runs of answers (BatchEvents).
+type batchRecorder struct {
+	recorder
+	runs []batchRun
+}
+
+type batchRun struct {
+	shard record.ShardID
+	msgs  []replication.Message
+}
+
+func (r *batchRecorder) Messages(s record.ShardID, ms []replication.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs = append(r.runs, batchRun{shard: s, msgs: append([]replication.Message(nil), ms...)})
+}
+
+func (r *batchRecorder) snapshotRuns() []batchRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]batchRun(nil), r.runs...)
+}
+
+// Where Events implements BatchEvents, a frame's answers reach it as runs
+// of consecutive answers for one shard, in order, with the connection
+// set, and none of them through Message.
+func TestPoolHandsBatchEventsRunsPerShard(t *testing.T) {
+	h := &bundleEcho{}
+	_, addr := serve(t, server.Options{StorageID: followerID, Replication: h, InsecurePeersOnClientPort: true})
+	rec := &batchRecorder{}
+	p := NewPool(Options{Self: "a", StorageID: make([]byte, 16), Events: rec, Backoff: Backoff{Min: 1, Max: 1},
+		Resolve: func(replication.NodeID) (string, error) { return addr, nil }})
+	defer p.Close()
+	p.Want("b")
+	waitFor(t, "connected", func() bool { return len(rec.snapshot().conns) == 1 })
+	conn := rec.snapshot().conns[0]
+	other := record.ShardID{Stream: codecShard.Stream, Shard: codecShard.Shard + 1}
+	shards := []record.ShardID{codecShard, codecShard, other, codecShard}
+	var ms []Shipped
+	for i, sh := range shards {
+		ms = append(ms, Shipped{Shard: sh, Msg: replication.Message{Type: replication.MsgProbe, From: "a", To: "b", Epoch: 1, Pass: uint64(i + 1)}})
+	}
+	b, err := AppendBundleFrame(nil, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Send("b", conn, b)
+	waitFor(t, "three runs", func() bool { return len(rec.snapshotRuns()) == 3 })
+	want := []struct {
+		shard  record.ShardID
+		passes []uint64
+	}{{codecShard, []uint64{1, 2}}, {other, []uint64{3}}, {codecShard, []uint64{4}}}
+	for i, run := range rec.snapshotRuns() {
+		if run.shard != want[i].shard || len(run.msgs) != len(want[i].passes) {
+			t.Fatalf("run %d: %s with %d answers, want %s with %d", i, run.shard, len(run.msgs), want[i].shard, len(want[i].passes))
+		}
+		for j, m := range run.msgs {
+			if m.Pass != want[i].passes[j] || m.Conn != conn || m.Type != replication.MsgRefuse {
+				t.Fatalf("run %d answer %d: %v over conn %d", i, j, m, m.Conn)
+			}
+		}
+	}
+	if n := len(rec.snapshot().msgs); n != 0 {
+		t.Fatalf("%d answers went through Message", n)
+	}
+}

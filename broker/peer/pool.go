@@ -38,6 +38,17 @@ type Events interface {
 	Message(shard record.ShardID, m replication.Message)
 }
 
+// BatchEvents is an Events that also takes several answers for one shard
+// at once. Where Options.Events implements it, the pool hands it each run
+// of consecutive answers for one shard in a frame (a bundle's) with one
+// Messages call instead of a Message call each, in the same order and
+// with Conn set as for Message. ms is valid only during the call (its
+// elements may be kept).
+type BatchEvents interface {
+	Events
+	Messages(shard record.ShardID, ms []replication.Message)
+}
+
 // Options configures a Pool.
 type Options struct {
 	// Self names this broker (carried for logging only).
@@ -372,6 +383,7 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 	}()
 	br := bufio.NewReaderSize(c.nc, 256<<10)
 	var got []Shipped // the messages of the frame read last
+	var run []replication.Message
 	for {
 		f, err := wire.ReadFrame(br, p.o.MaxFrameSize)
 		if err != nil {
@@ -387,16 +399,48 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			log.Info("bad replication frame; dropping connection", "error", err.Error())
 			break
 		}
-		for i := range got {
-			m := got[i].Msg
-			if IsRequest(m.Type) {
-				continue // requests travel the other way; ignore
+		if be, ok := p.o.Events.(BatchEvents); ok {
+			run = p.deliverRuns(be, c.id, got, run[:0])
+		} else {
+			for i := range got {
+				m := got[i].Msg
+				if IsRequest(m.Type) {
+					continue // requests travel the other way; ignore
+				}
+				m.Conn = c.id
+				p.o.Events.Message(got[i].Shard, m)
 			}
-			m.Conn = c.id
-			p.o.Events.Message(got[i].Shard, m)
 		}
 		clear(got) // drop what the messages point to (frame bodies)
 	}
 	c.kill()
 	<-done
+}
+
+// deliverRuns hands be the answers of got, each run of consecutive answers
+// for one shard in one Messages call, with Conn set to conn; it returns
+// buf, emptied, for the next frame.
+func (p *Pool) deliverRuns(be BatchEvents, conn replication.ConnID, got []Shipped, buf []replication.Message) []replication.Message {
+	var shard record.ShardID
+	flush := func() {
+		if len(buf) > 0 {
+			be.Messages(shard, buf)
+			clear(buf) // drop what the messages point to
+			buf = buf[:0]
+		}
+	}
+	for i := range got {
+		m := got[i].Msg
+		if IsRequest(m.Type) {
+			continue // requests travel the other way; ignore
+		}
+		if len(buf) > 0 && got[i].Shard != shard {
+			flush()
+		}
+		shard = got[i].Shard
+		m.Conn = conn
+		buf = append(buf, m)
+	}
+	flush()
+	return buf
 }

@@ -61,6 +61,15 @@
 // The inbox holds at most 4096 events but memory only for those waiting
 // (inbox.go).
 //
+// Idle shards are the exception to the drive loop (idle.go): while a shard
+// has nothing waiting in its inbox, nothing with its persister and shipped
+// no records in its last messages, the pass clock ticks its core on the
+// clock's goroutine and the peer connections' readers step the requests
+// and answers they decoded into it on theirs, under the lock that the run
+// goroutine otherwise holds for each round; the shard's goroutine sleeps
+// through idle passes. Readies with writes, records to copy, proposals and
+// control-plane events go to the goroutine as before (issue 31).
+//
 // # Starting state
 //
 // A shard's replication.State comes from its four logs: base (the first

@@ -99,12 +99,30 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 		m.o.Logger.V(1).Info("dropping bad replication frame", "error", err.Error())
 		return
 	}
+	// The requests of one shard in a row (an idle pass's bundle) are
+	// stepped together: on this goroutine if the shard is idle (idle.go),
+	// else through its inbox.
+	var run [2 * len(record.LogKinds)]replication.Message
+	var cur *shard
+	pending := run[:0]
 	for i := range msgs {
-		h.serve(pc, msgs[i])
+		s, msg, ok := h.accept(pc, msgs[i])
+		if !ok {
+			continue
+		}
+		if s != cur {
+			deliver(cur, pending)
+			cur, pending = s, pending[:0]
+		}
+		pending = append(pending, msg)
 	}
+	deliver(cur, pending)
+	clear(pending)
 }
 
-func (h handler) serve(pc server.PeerConn, sh peer.Shipped) {
+// accept checks one decoded message and returns the shard it is for; ok
+// is false if it is dropped.
+func (h handler) accept(pc server.PeerConn, sh peer.Shipped) (s *shard, msg replication.Message, ok bool) {
 	m := h.m
 	shard, msg := sh.Shard, sh.Msg
 	if id := pc.Identity(); id != "" && msg.From != replication.NodeID(id) {
@@ -113,19 +131,30 @@ func (h handler) serve(pc server.PeerConn, sh peer.Shipped) {
 			m.o.Logger.Info("dropping replication frames whose sender is not the connection's broker",
 				"identity", id, "from", string(msg.From), "shard", shard.String(), "type", msg.Type.String())
 		}
-		return
+		return nil, msg, false
 	}
 	if !peer.IsRequest(msg.Type) {
-		return // answers travel over the connections this broker opened
+		return nil, msg, false // answers travel over the connections this broker opened
 	}
 	msg.Conn = m.in.connID(pc, m.ids)
 	s, err := m.shard(shard)
 	if err != nil {
 		// Not (yet) a replica here: say nothing; the leader retries.
-		return
+		return nil, msg, false
 	}
 	if msg.Type == replication.MsgAppend {
 		s.counters.receivedFrame(sh.Size)
 	}
-	s.post(event{kind: evStep, msg: msg})
+	return s, msg, true
+}
+
+// deliver steps msgs, in order, into s: on the calling goroutine if s is
+// idle (idle.go), else through its inbox. A nil s takes nothing.
+func deliver(s *shard, msgs []replication.Message) {
+	if s == nil || len(msgs) == 0 || s.stepIdle(msgs) {
+		return
+	}
+	for i := range msgs {
+		s.post(event{kind: evStep, msg: msgs[i]})
+	}
 }

@@ -79,6 +79,13 @@ func (in *inbox) put(ev *event, stop, cancel <-chan struct{}) bool {
 	}
 }
 
+// empty reports whether no event waits.
+func (in *inbox) empty() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.q) == 0
+}
+
 // take returns every waiting event, in order (possibly none: a signal
 // can outlive the events it announced). Hand the slice back with recycle.
 func (in *inbox) take() []event {

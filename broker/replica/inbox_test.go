@@ -110,7 +110,7 @@ func TestPassClock(t *testing.T) {
 	var c passClock
 	c.start(time.Millisecond)
 	defer c.stop()
-	a, b := &shard{tick: make(chan struct{}, 1)}, &shard{tick: make(chan struct{}, 1)}
+	a, b := clockOnlyShard(), clockOnlyShard()
 	c.add(a)
 	c.add(b)
 	for i := 0; i < 3; i++ {
@@ -152,7 +152,7 @@ func TestPassClockSkipsFollowers(t *testing.T) {
 			var c passClock
 			c.start(time.Millisecond)
 			defer c.stop()
-			s, ref := &shard{tick: make(chan struct{}, 1)}, &shard{tick: make(chan struct{}, 1)}
+			s, ref := clockOnlyShard(), clockOnlyShard()
 			s.status.Store(&replication.Status{Role: tc.role})
 			ref.status.Store(&replication.Status{Role: replication.RoleLeader})
 			c.add(s)
@@ -177,4 +177,11 @@ func TestPassClockSkipsFollowers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clockOnlyShard is a shard with a tick channel and nothing to run: no
+// core, no goroutine (exited), so the clock never drives it itself and
+// every tick goes to its channel.
+func clockOnlyShard() *shard {
+	return &shard{tick: make(chan struct{}, 1), inbox: newInbox(), exited: true}
 }

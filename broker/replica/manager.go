@@ -272,7 +272,16 @@ func (e poolEvents) LookupFailed(n replication.NodeID) {
 
 func (e poolEvents) Message(id record.ShardID, msg replication.Message) {
 	if s, err := e.m.shard(id); err == nil {
-		s.post(event{kind: evStep, msg: msg})
+		deliver(s, []replication.Message{msg})
+	}
+}
+
+// Messages takes the answers of one frame for one shard together
+// (peer.BatchEvents): stepped on the pool's reader if the shard is idle
+// (idle.go), else through its inbox.
+func (e poolEvents) Messages(id record.ShardID, msgs []replication.Message) {
+	if s, err := e.m.shard(id); err == nil {
+		deliver(s, msgs)
 	}
 }
 

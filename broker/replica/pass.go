@@ -29,6 +29,11 @@ import (
 // recovering, gets its ticks from the next one on, as if it had missed
 // one.
 //
+// An idle shard's pass starts on the clock's goroutine: it ticks the core
+// itself and sends what the pass sends (idle.go), so the shard's
+// goroutine is not woken. A shard that is not idle gets its tick on its
+// channel.
+//
 // A shard's tick channel holds one tick, as a time.Ticker's does: a
 // shard still busy when the next tick comes gets it when it is done, and
 // the ticks it missed meanwhile are dropped. The clock never waits for a
@@ -58,8 +63,8 @@ func (c *passClock) run(interval time.Duration) {
 		}
 		c.mu.Lock()
 		for s := range c.shards {
-			if !s.wantsTicks() {
-				continue
+			if !s.wantsTicks() || s.tickIdle() {
+				continue // an idle shard's pass starts here (idle.go)
 			}
 			select {
 			case s.tick <- struct{}{}:

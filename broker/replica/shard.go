@@ -56,8 +56,30 @@ type shard struct {
 	peers    []replication.NodeID
 	mode     atomic.Uint32 // replication.AckMode
 	logs     [len(record.LogKinds)]*logstore.Log
-	recent   [len(record.LogKinds)]recent // run goroutine only
-	core     *replication.Replica         // run goroutine only
+
+	// cmu owns the core and everything marked "core owner only" below:
+	// the run goroutine holds it for each round of its loop, and while
+	// the shard is idle another goroutine may take it to drive the core
+	// itself (idle.go): the pass clock for a tick, a peer reader for the
+	// messages it decoded.
+	cmu    sync.Mutex
+	recent [len(record.LogKinds)]recent // core owner only
+	core   *replication.Replica         // core owner only
+
+	// Core owner only, for the idle path (idle.go): exited once the run
+	// loop has returned; loud while the last Ready that sent messages
+	// shipped records, or the last Ready wrote; handoff holds Readies with
+	// writes an idle driver took and left to the run goroutine, in order,
+	// and idleErr a failure it met (both announced on kick).
+	exited  bool
+	loud    bool
+	handoff []replication.Ready
+	idleErr error
+	kick    chan struct{}
+	// Counts of the run loop's rounds and of the core calls idle
+	// drivers made (ticks, stepped message runs), for tests and
+	// diagnosis.
+	rounds, idleTicks, idleSteps atomic.Uint64
 
 	inbox    *inbox
 	tick     chan struct{} // the Manager's passClock: a pass is due
@@ -67,7 +89,7 @@ type shard struct {
 
 	// The persister (persist.go): Readies go out on toPersist in order and
 	// come back on persisted in the same order once their Writes are
-	// durable; persisting counts those in between (run goroutine only).
+	// durable; persisting counts those in between (core owner only).
 	toPersist  chan replication.Ready
 	persisted  chan persistDone
 	persisting int
@@ -77,19 +99,19 @@ type shard struct {
 	// the Appends it receives (a follower answers none of them anyway),
 	// and keeps taking Readies beyond maxPersisting into queued (in
 	// order, behind those in flight) so that the core's output does not
-	// pile up however long the hold lasts (queued: run goroutine only).
+	// pile up however long the hold lasts (queued: core owner only).
 	holding atomic.Bool
 	queued  []queuedReady
 
 	counters shipCounters // replication metrics, resolved once
 
-	// out gathers a Ready's messages by connection for sendAll (run
-	// goroutine only; kept between Readies with its buffers).
+	// out gathers a Ready's messages by connection for sendAll (core
+	// owner only; kept between Readies with its buffers).
 	out []outConn
 
 	// passes holds the core's current and previous pass with when each
 	// started (by Options.Now, read before the core call that started
-	// it), for OnReport's viewAt [CP-1] (run goroutine only).
+	// it), for OnReport's viewAt [CP-1] (core owner only).
 	passes [2]passStart
 
 	status atomic.Pointer[replication.Status]
@@ -110,7 +132,7 @@ type shard struct {
 
 func newShard(m *Manager, id record.ShardID, replicas []replication.NodeID, mode replication.AckMode, base uint64) (*shard, error) {
 	s := &shard{m: m, id: id, replicas: append([]replication.NodeID(nil), replicas...),
-		inbox: newInbox(), tick: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
+		inbox: newInbox(), tick: make(chan struct{}, 1), kick: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 		toPersist: make(chan replication.Ready, maxPersisting), persisted: make(chan persistDone, maxPersisting),
 		waiters: map[replication.ProposalID]waiter{}}
 	s.mode.Store(uint32(mode))
@@ -175,6 +197,16 @@ func (s *shard) stop() {
 	<-s.done
 }
 
+// wake is why the run loop woke.
+type wake uint8
+
+const (
+	wakeInbox wake = iota + 1
+	wakePersisted
+	wakeTick
+	wakeKick
+)
+
 // run is the drive loop (see the package documentation).
 func (s *shard) run() {
 	defer close(s.done)
@@ -186,66 +218,101 @@ func (s *shard) run() {
 		close(s.toPersist)
 		<-persisterDone
 	}()
-	fail := func(err error) {
-		log.Error(err, "replica stopped: cannot persist")
-		s.failed.Store(&err)
-	}
+	defer func() {
+		// Before the persister's queue closes: no idle driver takes the
+		// core from here on.
+		s.cmu.Lock()
+		s.exited = true
+		s.cmu.Unlock()
+	}()
 	for {
-		// t0 is read before this iteration's first core call: a pass the
-		// core starts in the iteration started at or after it.
+		// t0 is read before this round's first core call: a pass the
+		// core starts in the round started at or after it.
 		var t0 time.Time
-		n := 0
+		var w wake
+		var d persistDone
 		select {
 		case <-s.inbox.ready:
-			t0 = s.m.o.Now()
-			n += s.applyInbox()
-		case d := <-s.persisted:
-			t0 = s.m.o.Now()
-			if err := s.advance(d); err != nil {
-				fail(err)
-				return
-			}
+			w = wakeInbox
+		case d = <-s.persisted:
+			w = wakePersisted
 		case <-s.tick:
-			t0 = s.m.o.Now()
-			s.core.Tick()
+			w = wakeTick
+		case <-s.kick:
+			w = wakeKick
 		case <-s.stopping:
 			return
 		}
-	drain:
-		for n < drainMax {
-			if len(s.inbox.ready) == 0 && len(s.persisted) == 0 {
-				// Nothing more waits (most wake-ups): no select. A
-				// signal or answer racing this check is taken at the
-				// next iteration's select.
-				break
-			}
-			select {
-			case <-s.inbox.ready:
-				n += s.applyInbox()
-			case d := <-s.persisted:
-				n++
-				if err := s.advance(d); err != nil {
-					fail(err)
-					return
-				}
-			default:
-				break drain
-			}
+		t0 = s.m.o.Now()
+		if err := s.round(w, d, t0); err != nil {
+			log.Error(err, "replica stopped: cannot persist")
+			s.failed.Store(&err)
+			return
 		}
-		s.notePass(s.core.Status().Pass, t0)
-		for (s.persisting < maxPersisting || s.holding.Load()) && s.core.HasReady() {
-			if err := s.handle(s.core.Ready()); err != nil {
-				fail(err)
-				return
+	}
+}
+
+// round is one round of the drive loop, woken by w (d: the persister's
+// answer for wakePersisted), with the core owned throughout.
+func (s *shard) round(w wake, d persistDone, t0 time.Time) error {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	s.rounds.Add(1)
+	// What an idle driver left comes first: its Readies were taken
+	// before anything this round makes.
+	if err := s.takeHandoff(); err != nil {
+		return err
+	}
+	n := 0
+	switch w {
+	case wakeInbox:
+		n += s.applyInbox()
+	case wakePersisted:
+		if err := s.advance(d); err != nil {
+			return err
+		}
+	case wakeTick:
+		s.core.Tick()
+	}
+drain:
+	for n < drainMax {
+		if len(s.inbox.ready) == 0 && len(s.persisted) == 0 {
+			// Nothing more waits (most wake-ups): no select. A
+			// signal or answer racing this check is taken at the
+			// next round's select.
+			break
+		}
+		select {
+		case <-s.inbox.ready:
+			n += s.applyInbox()
+		case d := <-s.persisted:
+			n++
+			if err := s.advance(d); err != nil {
+				return err
 			}
+		default:
+			break drain
 		}
-		st := s.core.Status()
-		s.notePass(st.Pass, t0)
-		if st != *s.status.Load() {
-			p := new(replication.Status) // allocated only on change
-			*p = st
-			s.status.Store(p)
+	}
+	s.notePass(s.core.Status().Pass, t0)
+	for (s.persisting < maxPersisting || s.holding.Load()) && s.core.HasReady() {
+		if err := s.handle(s.core.Ready()); err != nil {
+			return err
 		}
+	}
+	s.publish(t0)
+	return nil
+}
+
+// publish records the core's pass and publishes its status if it
+// changed (core owner only).
+func (s *shard) publish(t0 time.Time) {
+	st := s.core.Status()
+	s.notePass(st.Pass, t0)
+	if st != *s.status.Load() {
+		p := new(replication.Status) // allocated only on change
+		*p = st
+		s.status.Store(p)
 	}
 }
 
@@ -322,6 +389,7 @@ func (s *shard) apply(ev *event) {
 // and is persisted and advanced here. A write refused for want of space
 // is not a failure: it is written again once space returns (space.go).
 func (s *shard) handle(rd replication.Ready) error {
+	s.noteLoud(rd)
 	s.sendAll(rd.Messages)
 	s.cacheWrites(rd.Writes)
 	if hasReset(rd.Writes) {
