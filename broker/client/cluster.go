@@ -401,6 +401,16 @@ func (c *Cluster) classify(shard record.ShardID, addr string, cl *Client, dialFa
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errClusterClosed) {
 		return stop, err
 	}
+	if strangerAt(err, addr, c.bootstrap) {
+		// An address learned from the metadata or a hint that is no
+		// longer this cluster's broker: pod addresses are reused, and
+		// the one the metadata named may now be another cluster's
+		// broker (or anyone's server). Nothing was sent; ask again.
+		c.log.V(1).Info("address refused as not this cluster's broker; refreshing", "shard", shard.String(), "address", addr, "error", err.Error())
+		c.drop(addr, cl)
+		c.setHint(shard, "")
+		return retryLater, err
+	}
 	if refusedIdentity(err) {
 		// The broker's certificate or TLS parameters, or the client's
 		// identity, were refused: no retry changes that.
@@ -564,6 +574,10 @@ func (c *Cluster) refresh(ctx context.Context, streams []string) (wire.MetadataO
 	for _, addr := range cands {
 		cl, err := c.conn(ctx, addr)
 		if err != nil {
+			if strangerAt(err, addr, c.bootstrap) {
+				last = err // a stale address: another broker may answer
+				continue
+			}
 			if refusedIdentity(err) || ctx.Err() != nil {
 				return wire.MetadataOK{}, err // every broker of the cluster would say the same
 			}
@@ -589,6 +603,17 @@ func (c *Cluster) refresh(ctx context.Context, streams []string) (wire.MetadataO
 	}
 	return wire.MetadataOK{}, fmt.Errorf("client: no broker answered for the cluster's metadata (tried %s; the last said): %w",
 		strings.Join(cands, ", "), last)
+}
+
+// strangerAt reports whether err is a failed TLS handshake with addr, an
+// address the client learned (from the metadata or a refusal's hint), not
+// one it was given: the certificate there is not this cluster's broker's.
+// Such an address is out of date rather than the client misconfigured, so
+// it is dropped and the metadata asked again; a bootstrap address that
+// fails the same way stops the request (refusedIdentity).
+func strangerAt(err error, addr string, bootstrap []string) bool {
+	var he *HandshakeError
+	return refusedIdentity(err) && errors.As(err, &he) && !slices.Contains(bootstrap, addr)
 }
 
 // refusedIdentity reports whether err refuses the connection's identity,

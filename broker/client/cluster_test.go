@@ -39,6 +39,12 @@ func startScriptedWith(t *testing.T, feats wire.Features, answer func(f wire.Fra
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveScripted(t, l, feats, answer)
+}
+
+// serveScripted serves the scripted broker on l.
+func serveScripted(t *testing.T, l net.Listener, feats wire.Features, answer func(f wire.Frame, n int) (wire.MsgType, []byte, bool)) *scripted {
+	t.Helper()
 	t.Cleanup(func() { _ = l.Close() })
 	s := &scripted{feats: feats, addr: l.Addr().String(), counts: map[wire.MsgType]int{}, answer: answer}
 	go func() {
