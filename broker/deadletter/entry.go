@@ -147,7 +147,7 @@ func DecodeEntry(r record.Record) (Entry, error) {
 			d.Fail("group %q, reason %d", rec.Group, rec.Reason)
 		}
 		if n > 1 {
-			rec.Headers = r.Headers[:n-1 : n-1]
+			rec.Headers = r.Headers[: n-1 : n-1]
 		}
 		rec.Payload = r.Payload
 		e.Record = &rec
