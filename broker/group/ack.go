@@ -233,19 +233,22 @@ func decodeAckEntry(k EntryKind, d *fields.Decoder, str func(string) string) (e 
 // record (a bad request).
 var ErrNotAckMode = errors.New("group: the group's acknowledgement mode does not allow this")
 
-// ErrInFlightLimit: the group already has MaxInFlight outstanding offsets
-// on the shard (wire code GroupLimit).
+// ErrInFlightLimit: settings whose MaxInFlight is above
+// Limits.MaxInFlight, or a group whose window of MaxInFlight outstanding
+// offsets is full (wire code GroupLimit).
 var ErrInFlightLimit = errors.New("group: too many outstanding deliveries")
 
-// ErrBadAckConfig: max deliveries or max in flight zero, or max in flight
-// above Limits.MaxInFlight (a bad request).
+// ErrBadAckConfig: max deliveries or max in flight zero (a bad request).
 var ErrBadAckConfig = errors.New("group: bad acknowledgement settings")
 
-// CheckConfigure refuses settings the shard does not take. It changes
-// nothing.
+// CheckConfigure refuses settings the shard does not take:
+// ErrBadAckConfig, ErrInFlightLimit. It changes nothing.
 func (s *State) CheckConfigure(c AckConfig) error {
-	if c.MaxDeliveries == 0 || c.MaxInFlight == 0 || int(c.MaxInFlight) > s.lim.MaxInFlight {
-		return fmt.Errorf("%w: max deliveries %d, max in flight %d (limit %d)", ErrBadAckConfig, c.MaxDeliveries, c.MaxInFlight, s.lim.MaxInFlight)
+	if c.MaxDeliveries == 0 || c.MaxInFlight == 0 {
+		return fmt.Errorf("%w: max deliveries %d, max in flight %d", ErrBadAckConfig, c.MaxDeliveries, c.MaxInFlight)
+	}
+	if int(c.MaxInFlight) > s.lim.MaxInFlight {
+		return fmt.Errorf("%w: max in flight %d, limit %d", ErrInFlightLimit, c.MaxInFlight, s.lim.MaxInFlight)
 	}
 	return nil
 }

@@ -145,14 +145,14 @@ func TestCheckConfigure(t *testing.T) {
 	s := NewState(Limits{MaxInFlight: 4}, 0, false)
 	for _, c := range []struct {
 		cfg AckConfig
-		ok  bool
+		err error
 	}{
-		{AckConfig{MaxDeliveries: 1, MaxInFlight: 4}, true},
-		{AckConfig{MaxDeliveries: 0, MaxInFlight: 4}, false},
-		{AckConfig{MaxDeliveries: 1, MaxInFlight: 0}, false},
-		{AckConfig{MaxDeliveries: 1, MaxInFlight: 5}, false},
+		{AckConfig{MaxDeliveries: 1, MaxInFlight: 4}, nil},
+		{AckConfig{MaxDeliveries: 0, MaxInFlight: 4}, ErrBadAckConfig},
+		{AckConfig{MaxDeliveries: 1, MaxInFlight: 0}, ErrBadAckConfig},
+		{AckConfig{MaxDeliveries: 1, MaxInFlight: 5}, ErrInFlightLimit},
 	} {
-		if err := s.CheckConfigure(c.cfg); (err == nil) != c.ok || err != nil && !errors.Is(err, ErrBadAckConfig) {
+		if err := s.CheckConfigure(c.cfg); !errors.Is(err, c.err) {
 			t.Errorf("CheckConfigure(%+v) = %v", c.cfg, err)
 		}
 	}

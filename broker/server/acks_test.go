@@ -1,0 +1,360 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"felix.dev/felix/broker/client"
+	"felix.dev/felix/broker/deadletter"
+	"felix.dev/felix/broker/group"
+	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
+	"felix.dev/felix/broker/wire"
+)
+
+// ackBroker starts a broker on clk with records a..e in shardA's data
+// log, member m1 owning the shard for group g at generation 1, the group
+// acknowledging per record (ack wait 10s, maxDel deliveries, 8 in
+// flight).
+func ackBroker(t *testing.T, clk *fakeClock, maxDel uint32) *broker {
+	t.Helper()
+	b := startBroker(t, Options{GroupLease: time.Hour, Now: clk.Now})
+	ctx := ctxT(t)
+	c := dial(t, b.addr, client.Options{})
+	if _, err := c.Append(ctx, shardA, []record.Record{
+		{Payload: []byte("a"), Headers: []record.Header{{Key: "k", Value: []byte("v")}}}, {Payload: []byte("b")}, {Payload: []byte("c")},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GroupClaim(ctx, shardA, "g", "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.srv.groupAckConfig(wire.GroupAckConfigRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1,
+		MaxDeliveries: maxDel, AckWaitMillis: 10_000, MaxInFlight: 8}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// isCode reports whether err is a *wire.Error with code.
+func isCode(err error, code wire.Code) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == code
+}
+
+func fetch(t *testing.T, s *Server, maxRecs uint32) wire.GroupFetchOK {
+	t.Helper()
+	out, err := s.groupFetch(wire.GroupFetchRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1, MaxRecords: maxRecs})
+	if err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	return out
+}
+
+// delivered lists a fetch's offsets and delivery counts as offset:count.
+func delivered(out wire.GroupFetchOK) map[uint64]uint32 {
+	m := map[uint64]uint32{}
+	for _, d := range out.Deliveries {
+		m[d.Record.Offset] = d.Deliveries
+	}
+	return m
+}
+
+func wantDelivered(t *testing.T, what string, out wire.GroupFetchOK, want map[uint64]uint32) {
+	t.Helper()
+	got := delivered(out)
+	if len(got) != len(want) {
+		t.Fatalf("%s: delivered %v, want %v", what, got, want)
+	}
+	for o, n := range want {
+		if got[o] != n {
+			t.Fatalf("%s: delivered %v, want %v", what, got, want)
+		}
+	}
+}
+
+func ack(t *testing.T, s *Server, offs ...uint64) uint64 {
+	t.Helper()
+	out, err := s.groupAck(wire.GroupAckRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1, Offsets: offs})
+	if err != nil {
+		t.Fatalf("ack %v: %v", offs, err)
+	}
+	return out.Committed
+}
+
+// A record not acknowledged within the ack wait is redelivered at the
+// next fetch, with its delivery count, and not before; the committed
+// offset moves over contiguous acknowledged offsets only.
+func TestAckWaitRedelivers(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 5)
+	out := fetch(t, b.srv, 0)
+	wantDelivered(t, "first fetch", out, map[uint64]uint32{0: 1, 1: 1, 2: 1})
+	if string(out.Deliveries[0].Record.Payload) != "a" || out.Deliveries[0].Record.Headers[0].Key != "k" {
+		t.Fatalf("record 0: %+v", out.Deliveries[0].Record)
+	}
+	wantDelivered(t, "fetch within the ack wait", fetch(t, b.srv, 0), nil)
+	if c := ack(t, b.srv, 1); c != 0 {
+		t.Fatalf("committed %d after acking 1 of 0..2, want 0", c)
+	}
+	clk.Advance(9 * time.Second)
+	wantDelivered(t, "fetch before the ack wait ran out", fetch(t, b.srv, 0), nil)
+	clk.Advance(2 * time.Second)
+	wantDelivered(t, "fetch after the ack wait", fetch(t, b.srv, 0), map[uint64]uint32{0: 2, 2: 2})
+	if c := ack(t, b.srv, 0); c != 2 {
+		t.Fatalf("committed %d after acking 0 and 1, want 2", c)
+	}
+	if c := ack(t, b.srv, 0, 2, 2); c != 3 {
+		t.Fatalf("committed %d after acking all (0 again), want 3", c)
+	}
+	_, err := b.srv.groupAck(wire.GroupAckRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1, Offsets: []uint64{7}})
+	if !isCode(err, wire.CodeBadRequest) {
+		t.Fatalf("ack of an offset never delivered: %v, want BadRequest", err)
+	}
+}
+
+// A nak'd record is redelivered at the next fetch, without waiting.
+func TestNakRedeliversAtOnce(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 5)
+	wantDelivered(t, "first fetch", fetch(t, b.srv, 2), map[uint64]uint32{0: 1, 1: 1})
+	if _, err := b.srv.groupNak(wire.GroupNakRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1, Offsets: []uint64{1, 9}}); err != nil {
+		t.Fatal(err)
+	}
+	wantDelivered(t, "fetch after the nak", fetch(t, b.srv, 0), map[uint64]uint32{1: 2, 2: 1})
+	_, err := b.srv.groupNak(wire.GroupNakRequest{Shard: shardA, Group: "g", Member: "m2", Generation: 1, Offsets: []uint64{1}})
+	wantFenced(t, "nak by another member", err, "m1", 1)
+}
+
+// The window of outstanding records is bounded: a fetch that finds it
+// full and nothing due is refused with GroupLimit; settings above the
+// broker's limit are refused with GroupLimit too.
+func TestAckWindowBounded(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 5)
+	if _, err := b.srv.groupAckConfig(wire.GroupAckConfigRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1,
+		MaxDeliveries: 5, AckWaitMillis: 10_000, MaxInFlight: 2}); err != nil {
+		t.Fatal(err)
+	}
+	wantDelivered(t, "first fetch", fetch(t, b.srv, 0), map[uint64]uint32{0: 1, 1: 1})
+	_, err := b.srv.groupFetch(wire.GroupFetchRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1})
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeGroupLimit || we.Limit != 2 {
+		t.Fatalf("fetch with a full window: %v, want GroupLimit 2", err)
+	}
+	ack(t, b.srv, 0)
+	wantDelivered(t, "fetch after an ack", fetch(t, b.srv, 0), map[uint64]uint32{2: 1})
+	_, err = b.srv.groupAckConfig(wire.GroupAckConfigRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1,
+		MaxDeliveries: 5, MaxInFlight: group.DefaultMaxInFlight + 1})
+	if !errors.As(err, &we) || we.Code != wire.CodeGroupLimit {
+		t.Fatalf("max in flight above the limit: %v, want GroupLimit", err)
+	}
+}
+
+// A cumulative commit of a group that acknowledges per record is refused
+// before anything is written: the group log stays foldable (a fresh fold
+// agrees) and the group keeps working.
+func TestCommitOfAckGroupRefused(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 5)
+	c := dial(t, b.addr, client.Options{})
+	_, err := c.GroupCommit(ctxT(t), shardA, "g", "m1", 1, 2)
+	if !isCode(err, wire.CodeBadRequest) {
+		t.Fatalf("commit of a per-record group: %v, want BadRequest", err)
+	}
+	again := New(StoreShards(b.store), Options{GroupLease: time.Hour, Now: clk.Now})
+	wantDelivered(t, "fetch from a fresh fold", fetch(t, again, 0), map[uint64]uint32{0: 1, 1: 1, 2: 1})
+}
+
+func deadLetters(t *testing.T, s *Server) []wire.DeadLetter {
+	t.Helper()
+	out, err := s.deadLetterRead(wire.DeadLetterReadRequest{Shard: shardA})
+	if err != nil {
+		t.Fatalf("dead-letter read: %v", err)
+	}
+	return out.Entries
+}
+
+// After its maximum deliveries a record lands in the dead-letter log with
+// its original offset, epoch, timestamp, headers and payload, the group,
+// the delivery count and the reason; it is settled in the group log, so
+// the committed offset moves past it; the metric counts it.
+func TestMaxDeliveriesDeadLetters(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 2)
+	fetch(t, b.srv, 1)
+	clk.Advance(11 * time.Second)
+	wantDelivered(t, "second delivery", fetch(t, b.srv, 1), map[uint64]uint32{0: 2})
+	clk.Advance(11 * time.Second)
+	out := fetch(t, b.srv, 1)
+	if out.DeadLettered != 1 || out.Committed != 1 {
+		t.Fatalf("third fetch: %+v, want 1 dead-lettered and committed 1", out)
+	}
+	wantDelivered(t, "third fetch", out, map[uint64]uint32{1: 1})
+	data, _ := b.store.Lookup(record.LogID{ShardID: shardA, Log: record.LogData})
+	orig, err := data.Read(0, logstore.ReadOptions{MaxRecords: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := deadLetters(t, b.srv)
+	if len(dl) != 1 {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+	d := dl[0]
+	if d.Group != "g" || d.Offset != 0 || d.Epoch != orig.Records[0].Epoch || d.Timestamp != orig.Records[0].Timestamp || d.Deliveries != 2 ||
+		deadletter.Reason(d.Reason) != deadletter.ReasonMaxDeliveries || string(d.Payload) != "a" ||
+		len(d.Headers) != 1 || d.Headers[0].Key != "k" || string(d.Headers[0].Value) != "v" || d.Redriven {
+		t.Fatalf("dead letter %+v, original %+v", d, orig.Records[0])
+	}
+	if n := b.metric("felix_broker_group_dead_lettered_total", "stream", "orders", "shard", "0", "group", "g"); n != 1 {
+		t.Fatalf("dead-lettered metric %v, want 1", n)
+	}
+	// A fresh fold (a new leader) agrees, and dead-letters nothing again.
+	again := New(StoreShards(b.store), Options{GroupLease: time.Hour, Now: clk.Now})
+	clk.Advance(11 * time.Second)
+	if out := fetch(t, again, 0); out.DeadLettered != 0 || out.Committed != 1 {
+		t.Fatalf("fetch from a fresh fold: %+v", out)
+	}
+	if dl := deadLetters(t, again); len(dl) != 1 {
+		t.Fatalf("dead letters after the new fold: %+v", dl)
+	}
+}
+
+// A fetch that stopped after appending a record to the dead-letter log
+// but before settling it in the group log (the dead-letter entry is there,
+// the offset still outstanding) is finished by the next fetch without a
+// second dead-letter entry.
+func TestDeadLetterRetryDoesNotDuplicate(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 1)
+	fetch(t, b.srv, 1)
+	// The first half of a dead-lettering, as a leader that stopped there
+	// left it.
+	rec, err := deadletter.EncodeRecord(deadletter.Record{Group: "g", Offset: 0, Deliveries: 1, Reason: deadletter.ReasonMaxDeliveries, Payload: []byte("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlog, err := StoreShards(b.store).(DeadLetterShards).DeadLetterLog(shardA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dlog.Append(context.Background(), []record.Record{rec}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A new leader's fold starts the ack wait of the outstanding offset
+	// afresh: nothing is due at its first fetch.
+	again := New(StoreShards(b.store), Options{GroupLease: time.Hour, Now: clk.Now})
+	if out := fetch(t, again, 1); out.DeadLettered != 0 || out.Committed != 0 {
+		t.Fatalf("first fetch of the new fold: %+v", out)
+	}
+	clk.Advance(11 * time.Second)
+	out := fetch(t, again, 1)
+	if out.Committed != 2 {
+		t.Fatalf("fetch after the half dead-lettering: %+v, want offset 0 settled", out)
+	}
+	// Offset 1 (delivered once by the new leader) is dead-lettered too;
+	// offset 0 only once.
+	if dl := deadLetters(t, again); len(dl) != 2 || dl[0].Offset != 0 || dl[1].Offset != 1 {
+		t.Fatalf("dead letters: %+v, want offsets 0 and 1 once each", dl)
+	}
+}
+
+func redrive(t *testing.T, s *Server, entry uint64) wire.DeadLetterRedriveOK {
+	t.Helper()
+	out, err := s.deadLetterRedrive(wire.DeadLetterRedriveRequest{Shard: shardA, Entry: entry})
+	if err != nil {
+		t.Fatalf("redrive %d: %v", entry, err)
+	}
+	return out
+}
+
+// A redrive appends the dead-lettered record to the data log once: a
+// second redrive, on this leader or a new one, answers with the first's
+// offset and writes nothing.
+func TestRedriveOnce(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 1)
+	fetch(t, b.srv, 1)
+	clk.Advance(11 * time.Second)
+	if out := fetch(t, b.srv, 1); out.DeadLettered != 1 {
+		t.Fatalf("fetch: %+v", out)
+	}
+	entry := deadLetters(t, b.srv)[0].Entry
+	first := redrive(t, b.srv, entry)
+	if first.DataOffset != 3 || first.Already {
+		t.Fatalf("first redrive: %+v, want offset 3", first)
+	}
+	if again := redrive(t, b.srv, entry); again.DataOffset != 3 || !again.Already {
+		t.Fatalf("second redrive: %+v", again)
+	}
+	other := New(StoreShards(b.store), Options{Now: clk.Now})
+	if again := redrive(t, other, entry); again.DataOffset != 3 || !again.Already {
+		t.Fatalf("redrive on a new leader: %+v", again)
+	}
+	data, _ := b.store.Lookup(record.LogID{ShardID: shardA, Log: record.LogData})
+	res, err := data.Read(0, logstore.ReadOptions{MaxRecords: 10})
+	if err != nil || len(res.Records) != 4 {
+		t.Fatalf("data log: %d records %v, want 4", len(res.Records), err)
+	}
+	r := res.Records[3]
+	if string(r.Payload) != "a" || len(r.Headers) != 2 || r.Headers[0].Key != "k" || r.Headers[1].Key != deadletter.RedriveHeader {
+		t.Fatalf("redriven record %+v", r)
+	}
+	if d := deadLetters(t, other)[0]; !d.Redriven || d.DataOffset != 3 {
+		t.Fatalf("dead letter after the redrive: %+v", d)
+	}
+	if _, err := b.srv.deadLetterRedrive(wire.DeadLetterRedriveRequest{Shard: shardA, Entry: entry + 1}); !isCode(err, wire.CodeBadRequest) {
+		t.Fatalf("redrive of no entry: %v, want BadRequest", err)
+	}
+}
+
+// A redrive that stopped after its record landed in the data log but
+// before the redriven entry (the intent is there, the record at the
+// intent's offset with the redrive header) is finished by the next
+// redrive without a second copy; one whose intent never landed (another
+// record took the offset) is redone at the new tail.
+func TestRedriveAfterAStop(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 1)
+	fetch(t, b.srv, 2)
+	clk.Advance(11 * time.Second)
+	if out := fetch(t, b.srv, 2); out.DeadLettered != 2 {
+		t.Fatalf("fetch: %+v", out)
+	}
+	dls := deadLetters(t, b.srv)
+	ss := StoreShards(b.store)
+	dlog, _ := ss.(DeadLetterShards).DeadLetterLog(shardA)
+	data, _ := ss.DataLog(shardA)
+	intent := func(entry, at uint64) {
+		rec, err := deadletter.EncodeRedrive(deadletter.EntryRedriving, deadletter.Redrive{Entry: entry, DataOffset: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dlog.Append(context.Background(), []record.Record{rec}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Entry 0: its intent at 3 and its record landed there.
+	intent(dls[0].Entry, 3)
+	if _, err := data.Append(context.Background(), []record.Record{{Kind: record.KindData, Payload: []byte("a"),
+		Headers: []record.Header{{Key: "k", Value: []byte("v")}, {Key: deadletter.RedriveHeader, Value: []byte("0")}}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Entry 1: its intent at 4, but another record took offset 4.
+	intent(dls[1].Entry, 4)
+	if _, err := data.Append(context.Background(), []record.Record{{Kind: record.KindData, Payload: []byte("other")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := New(ss, Options{Now: clk.Now})
+	if out := redrive(t, s, dls[0].Entry); out.DataOffset != 3 || out.Already {
+		t.Fatalf("redrive of the landed intent: %+v, want 3", out)
+	}
+	if out := redrive(t, s, dls[1].Entry); out.DataOffset != 5 {
+		t.Fatalf("redrive of the lost intent: %+v, want 5", out)
+	}
+	if tail := data.Describe().Tail; tail != 6 {
+		t.Fatalf("data log tail %d, want 6 (one copy of each)", tail)
+	}
+}
