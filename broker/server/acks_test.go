@@ -358,3 +358,62 @@ func TestRedriveAfterAStop(t *testing.T) {
 		t.Fatalf("data log tail %d, want 6 (one copy of each)", tail)
 	}
 }
+
+// The whole cycle over the wire: configure, fetch, nak, ack, dead-letter,
+// read and redrive twice; a connection without the feature is refused
+// before anything is sent.
+func TestAcksOverTheWire(t *testing.T) {
+	clk := newFakeClock()
+	b := startBroker(t, Options{GroupLease: time.Hour, Now: clk.Now})
+	ctx := ctxT(t)
+	c := dial(t, b.addr, client.Options{})
+	if !c.Features().Has(wire.FeatureAcks) {
+		t.Fatalf("features %v: acks not negotiated", c.Features())
+	}
+	if _, err := c.Append(ctx, shardA, recs("a", "b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GroupClaim(ctx, shardA, "g", "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GroupAckConfig(ctx, wire.GroupAckConfigRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1,
+		MaxDeliveries: 2, AckWaitMillis: 1000, MaxInFlight: 4}); err != nil {
+		t.Fatal(err)
+	}
+	req := wire.GroupFetchRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1}
+	out, err := c.GroupFetch(ctx, req)
+	if err != nil || len(out.Deliveries) != 2 || string(out.Deliveries[1].Record.Payload) != "b" || out.Deliveries[1].Deliveries != 1 {
+		t.Fatalf("fetch: %+v %v", out, err)
+	}
+	if _, err := c.GroupNak(ctx, shardA, "g", "m1", 1, []uint64{0}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.GroupAck(ctx, shardA, "g", "m1", 1, []uint64{1}); err != nil || ok.Committed != 0 {
+		t.Fatalf("ack: %+v %v", ok, err)
+	}
+	if out, err := c.GroupFetch(ctx, req); err != nil || len(out.Deliveries) != 1 || out.Deliveries[0].Deliveries != 2 {
+		t.Fatalf("fetch after the nak: %+v %v", out, err)
+	}
+	clk.Advance(2 * time.Second)
+	if out, err := c.GroupFetch(ctx, req); err != nil || out.DeadLettered != 1 || out.Committed != 2 {
+		t.Fatalf("fetch after max deliveries: %+v %v", out, err)
+	}
+	dl, err := c.DeadLetterRead(ctx, shardA, 0, 0)
+	if err != nil || len(dl.Entries) != 1 || dl.Entries[0].Offset != 0 || dl.Entries[0].Deliveries != 2 || string(dl.Entries[0].Payload) != "a" {
+		t.Fatalf("dead-letter read: %+v %v", dl, err)
+	}
+	first, err := c.DeadLetterRedrive(ctx, shardA, dl.Entries[0].Entry)
+	if err != nil || first.DataOffset != 2 || first.Already {
+		t.Fatalf("redrive: %+v %v", first, err)
+	}
+	if again, err := c.DeadLetterRedrive(ctx, shardA, dl.Entries[0].Entry); err != nil || again.DataOffset != 2 || !again.Already {
+		t.Fatalf("second redrive: %+v %v", again, err)
+	}
+	if d, err := c.Describe(ctx, shardA); err != nil || d.Tail != 3 {
+		t.Fatalf("data log after two redrives: %+v %v", d, err)
+	}
+	old := dial(t, b.addr, client.Options{Features: wire.FeatureGroups})
+	if _, err := old.DeadLetterRead(ctx, shardA, 0, 0); !errors.Is(err, client.ErrNoAcks) {
+		t.Fatalf("read without the feature: %v", err)
+	}
+}
