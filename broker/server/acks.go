@@ -33,6 +33,13 @@ import (
 // dead-letter log's fold (deadletter.State.Find) and only settles it, so
 // a record is dead-lettered for a group at most once.
 
+// MaxAnswerBytes bounds the record bytes (payloads and headers) of one
+// GroupFetchOK or DeadLetterReadOK: a fetch or read stops adding records
+// once it reached it, and always carries at least one record, so an
+// answer stays well below the 16 MiB frame limit (a record is at most
+// 1 MiB).
+const MaxAnswerBytes = 8 << 20
+
 // dueOf returns the group's redelivery times (offset -> when the
 // outstanding offset is due again); an offset without one is due now.
 // Called with gs.mu held.
@@ -164,8 +171,9 @@ func (s *Server) groupFetch(req wire.GroupFetchRequest) (wire.GroupFetchOK, erro
 			out.DeadLettered, gone = uint32(n), lost
 		}
 		var offs []uint64
+		used := 0
 		for _, off := range again {
-			if len(out.Deliveries) == maxRecs {
+			if len(out.Deliveries) == maxRecs || used >= MaxAnswerBytes {
 				break
 			}
 			r, ok, err := readAt(dl, off)
@@ -178,6 +186,7 @@ func (s *Server) groupFetch(req wire.GroupFetchRequest) (wire.GroupFetchOK, erro
 			}
 			out.Deliveries = append(out.Deliveries, wire.Delivery{Record: r})
 			offs = append(offs, off)
+			used += recordBytes(r)
 		}
 		if len(gone) > 0 {
 			// Nothing is left to deliver or dead-letter: the offsets are
@@ -187,11 +196,13 @@ func (s *Server) groupFetch(req wire.GroupFetchRequest) (wire.GroupFetchOK, erro
 			}
 		}
 		in, _ = gs.state.Group(req.Group)
-		room := int(in.Ack.MaxInFlight) - len(in.Ack.Deliveries) - len(offs)
-		if want := min(room, maxRecs-len(out.Deliveries)); want > 0 {
+		// The redelivered offsets are outstanding already: only new ones
+		// take room in the window.
+		room := int(in.Ack.MaxInFlight) - len(in.Ack.Deliveries)
+		if want := min(room, maxRecs-len(out.Deliveries)); want > 0 && used < MaxAnswerBytes {
 			info := dl.Describe()
 			if from := max(in.Ack.Delivered, info.ReadableStart()); from < info.Committed {
-				res, err := readCommitted(dl, from, logstore.ReadOptions{MaxRecords: want, MaxBytes: 8 << 20})
+				res, err := readCommitted(dl, from, logstore.ReadOptions{MaxRecords: want, MaxBytes: MaxAnswerBytes - used})
 				if err != nil {
 					return err
 				}

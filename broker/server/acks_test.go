@@ -417,3 +417,73 @@ func TestAcksOverTheWire(t *testing.T) {
 		t.Fatalf("read without the feature: %v", err)
 	}
 }
+
+// Only new records take room in the window: a fetch redelivers the due
+// ones and adds new records up to MaxInFlight outstanding.
+func TestFetchWindowCountsNewRecordsOnly(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 5)
+	if _, err := b.srv.groupAckConfig(wire.GroupAckConfigRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1,
+		MaxDeliveries: 5, AckWaitMillis: 10_000, MaxInFlight: 3}); err != nil {
+		t.Fatal(err)
+	}
+	wantDelivered(t, "first fetch", fetch(t, b.srv, 2), map[uint64]uint32{0: 1, 1: 1})
+	if _, err := b.srv.groupNak(wire.GroupNakRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1, Offsets: []uint64{0}}); err != nil {
+		t.Fatal(err)
+	}
+	wantDelivered(t, "fetch after the nak", fetch(t, b.srv, 0), map[uint64]uint32{0: 2, 2: 1})
+}
+
+// A fetch answer and a dead-letter read answer stop at MaxAnswerBytes of
+// records (one record past it at most), far below the frame limit.
+func TestAnswersBoundedInBytes(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 1)
+	if _, err := b.srv.groupAckConfig(wire.GroupAckConfigRequest{Shard: shardA, Group: "g", Member: "m1", Generation: 1,
+		MaxDeliveries: 1, AckWaitMillis: 10_000, MaxInFlight: 64}); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, b.addr, client.Options{})
+	big := make([]byte, 1_000_000)
+	for range 4 {
+		if _, err := c.Append(ctxT(t), shardA, []record.Record{{Payload: big}, {Payload: big}, {Payload: big}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := func(n int, what string) {
+		t.Helper()
+		if n > MaxAnswerBytes+len(big) {
+			t.Fatalf("%s: %d record bytes, bound %d plus one record", what, n, MaxAnswerBytes)
+		}
+	}
+	first := fetch(t, b.srv, 0)
+	n := 0
+	for _, d := range first.Deliveries {
+		n += len(d.Record.Payload)
+	}
+	if len(first.Deliveries) >= 15 {
+		t.Fatalf("first fetch delivered all %d records", len(first.Deliveries))
+	}
+	size(n, "fetch")
+	// Everything delivered so far is due and dead-lettered at once.
+	clk.Advance(11 * time.Second)
+	for range 3 {
+		fetch(t, b.srv, 0)
+		clk.Advance(11 * time.Second)
+	}
+	out, err := b.srv.deadLetterRead(wire.DeadLetterReadRequest{Shard: shardA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	for _, d := range out.Entries {
+		n += len(d.Payload)
+	}
+	if len(out.Entries) == 0 || out.Next == 0 {
+		t.Fatalf("dead-letter read: %d entries, next %d", len(out.Entries), out.Next)
+	}
+	size(n, "dead-letter read")
+	if rest, err := b.srv.deadLetterRead(wire.DeadLetterReadRequest{Shard: shardA, From: out.Next}); err != nil || len(rest.Entries) == 0 {
+		t.Fatalf("dead-letter read from %d: %d entries %v, want the rest", out.Next, len(rest.Entries), err)
+	}
+}

@@ -209,12 +209,14 @@ func (s *Server) deadLetterRead(req wire.DeadLetterReadRequest) (wire.DeadLetter
 		info := l.Describe()
 		from := max(req.From, info.ReadableStart())
 		out = wire.DeadLetterReadOK{Next: from}
-		for from < info.Committed && len(out.Entries) < maxRecs {
-			res, err := readCommitted(l, from, logstore.ReadOptions{MaxRecords: maxRecs - len(out.Entries), MaxBytes: 8 << 20})
+		used := 0
+		for from < info.Committed && len(out.Entries) < maxRecs && used < MaxAnswerBytes {
+			res, err := readCommitted(l, from, logstore.ReadOptions{MaxRecords: maxRecs - len(out.Entries), MaxBytes: MaxAnswerBytes - used})
 			if err != nil {
 				return err
 			}
 			for _, r := range res.Records {
+				used += recordBytes(r)
 				e, err := deadletter.DecodeEntry(r)
 				if err != nil {
 					return &wire.Error{Code: wire.CodeCorrupt, Offset: r.Offset, Message: err.Error()}
