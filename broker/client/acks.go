@@ -88,6 +88,14 @@ func (c *Client) DeadLetterRedrive(ctx context.Context, shard record.ShardID, en
 	return ackCall(ctx, c, shard, wire.MsgDeadLetterRedrive, wire.MsgDeadLetterRedriveOK, body, err, true, auth.OpAppend, wire.DecodeDeadLetterRedriveOK)
 }
 
+// DeadLetterTrim drops the entries of shard's dead-letter log below floor
+// (a conditional trim on the log's tail, done by the leader); it returns
+// the log's floor after it. A trim is harmless to resend.
+func (c *Client) DeadLetterTrim(ctx context.Context, shard record.ShardID, floor uint64) (wire.DeadLetterTrimOK, error) {
+	body, err := wire.EncodeDeadLetterTrim(wire.DeadLetterTrimRequest{Shard: shard, Floor: floor})
+	return ackCall(ctx, c, shard, wire.MsgDeadLetterTrim, wire.MsgDeadLetterTrimOK, body, err, true, auth.OpTrim, wire.DecodeDeadLetterTrimOK)
+}
+
 // GroupAckConfig is Client.GroupAckConfig sent to the shard's leader,
 // resent within Attempts and ctx when its outcome is unknown.
 func (c *Cluster) GroupAckConfig(ctx context.Context, r wire.GroupAckConfigRequest) (wire.GroupAckConfigOK, error) {
@@ -148,6 +156,17 @@ func (c *Cluster) DeadLetterRedrive(ctx context.Context, shard record.ShardID, e
 	var out wire.DeadLetterRedriveOK
 	err := c.do(ctx, shard, opIdemWrite, func(cl *Client) (err error) {
 		out, err = cl.DeadLetterRedrive(ctx, shard, entry)
+		return err
+	})
+	return out, err
+}
+
+// DeadLetterTrim is Client.DeadLetterTrim sent to the shard's leader,
+// resent within Attempts and ctx when its outcome is unknown.
+func (c *Cluster) DeadLetterTrim(ctx context.Context, shard record.ShardID, floor uint64) (wire.DeadLetterTrimOK, error) {
+	var out wire.DeadLetterTrimOK
+	err := c.do(ctx, shard, opIdemWrite, func(cl *Client) (err error) {
+		out, err = cl.DeadLetterTrim(ctx, shard, floor)
 		return err
 	})
 	return out, err

@@ -10,7 +10,8 @@ import (
 // dispatchAcks decodes, authorizes and serves a per-record acknowledgement
 // or dead-letter request (wire.FeatureAcks). The group requests and a
 // dead-letter read need Read on the stream, as the group requests do; a
-// redrive appends to the data log, so it needs Append. Each is served on
+// redrive appends to the data log, so it needs Append; a dead-letter trim
+// needs Trim. Each is served on
 // its own goroutine; a shard's group requests are applied one at a time,
 // and so are its dead-letter requests.
 func (c *conn) dispatchAcks(f wire.Frame, start time.Time, held charge) {
@@ -121,6 +122,18 @@ func (c *conn) dispatchAcks(f wire.Frame, start time.Time, held charge) {
 		go func() {
 			ok, err := s.deadLetterRedrive(req)
 			answer(wire.MsgDeadLetterRedriveOK, wire.EncodeDeadLetterRedriveOK(ok), err)
+		}()
+	case wire.MsgDeadLetterTrim:
+		req, err := wire.DecodeDeadLetterTrim(f.Body)
+		if err == nil {
+			err = c.authorize(auth.OpTrim, req.Shard.Stream)
+		}
+		if refuse(err) {
+			return
+		}
+		go func() {
+			ok, err := s.deadLetterTrim(req)
+			answer(wire.MsgDeadLetterTrimOK, wire.EncodeDeadLetterTrimOK(ok), err)
 		}()
 	}
 }

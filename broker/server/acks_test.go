@@ -20,7 +20,14 @@ import (
 // flight).
 func ackBroker(t *testing.T, clk *fakeClock, maxDel uint32) *broker {
 	t.Helper()
-	b := startBroker(t, Options{GroupLease: time.Hour, Now: clk.Now})
+	return ackBrokerWith(t, clk, maxDel, Options{})
+}
+
+// ackBrokerWith is ackBroker with options o (its lease and clock set).
+func ackBrokerWith(t *testing.T, clk *fakeClock, maxDel uint32, o Options) *broker {
+	t.Helper()
+	o.GroupLease, o.Now = time.Hour, clk.Now
+	b := startBroker(t, o)
 	ctx := ctxT(t)
 	c := dial(t, b.addr, client.Options{})
 	if _, err := c.Append(ctx, shardA, []record.Record{
@@ -485,5 +492,41 @@ func TestAnswersBoundedInBytes(t *testing.T) {
 	size(n, "dead-letter read")
 	if rest, err := b.srv.deadLetterRead(wire.DeadLetterReadRequest{Shard: shardA, From: out.Next}); err != nil || len(rest.Entries) == 0 {
 		t.Fatalf("dead-letter read from %d: %d entries %v, want the rest", out.Next, len(rest.Entries), err)
+	}
+}
+
+// The dead-letter log holds at most MaxDeadLetters records: a record due
+// to be dead-lettered beyond it stays outstanding (nothing lost, the
+// committed offset waits) until a trim of the dead-letter log makes room.
+func TestDeadLetterCapAndTrim(t *testing.T) {
+	clk := newFakeClock()
+	b := ackBrokerWith(t, clk, 1, Options{MaxDeadLetters: 1})
+	fetch(t, b.srv, 0)
+	clk.Advance(11 * time.Second)
+	if out := fetch(t, b.srv, 0); out.DeadLettered != 1 || out.Committed != 1 {
+		t.Fatalf("fetch with room for one dead letter: %+v", out)
+	}
+	dl := deadLetters(t, b.srv)
+	if len(dl) != 1 || dl[0].Offset != 0 {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+	if out := fetch(t, b.srv, 0); out.DeadLettered != 0 || out.Committed != 1 || len(out.Deliveries) != 0 {
+		t.Fatalf("fetch with the dead-letter log full: %+v, want 1 and 2 kept outstanding", out)
+	}
+	if _, err := b.srv.deadLetterTrim(wire.DeadLetterTrimRequest{Shard: shardA, Floor: 99}); !isCode(err, wire.CodeBadRequest) {
+		t.Fatalf("trim above the tail: %v, want BadRequest", err)
+	}
+	tr, err := b.srv.deadLetterTrim(wire.DeadLetterTrimRequest{Shard: shardA, Floor: dl[0].Entry + 1})
+	if err != nil || tr.Floor != dl[0].Entry+1 {
+		t.Fatalf("trim: %+v %v", tr, err)
+	}
+	if dl := deadLetters(t, b.srv); len(dl) != 0 {
+		t.Fatalf("dead letters after the trim: %+v", dl)
+	}
+	if out := fetch(t, b.srv, 0); out.DeadLettered != 1 || out.Committed != 2 {
+		t.Fatalf("fetch after the trim: %+v, want 1 dead-lettered", out)
+	}
+	if dl := deadLetters(t, b.srv); len(dl) != 1 || dl[0].Offset != 1 {
+		t.Fatalf("dead letters after the second round: %+v", dl)
 	}
 }

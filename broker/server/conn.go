@@ -439,6 +439,8 @@ func opName(t wire.MsgType) string {
 		return "dead_letter_read"
 	case wire.MsgDeadLetterRedrive:
 		return "dead_letter_redrive"
+	case wire.MsgDeadLetterTrim:
+		return "dead_letter_trim"
 	}
 	return "unknown"
 }

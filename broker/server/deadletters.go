@@ -21,6 +21,12 @@ type DeadLetterShards interface {
 	DeadLetterLog(shard record.ShardID) (Log, error)
 }
 
+// DefaultMaxDeadLetters is the default of Options.MaxDeadLetters.
+const DefaultMaxDeadLetters = 10000
+
+// deadLetterTrimHeader names the trims of dead-letter logs.
+const deadLetterTrimHeader = "felix.dead-letter-trim"
+
 // deadShard is one shard's fold of its dead-letter log. mu is held for a
 // whole request, appends included. A fetch holds its group shard's mu
 // and then takes this one; nothing takes them the other way round.
@@ -146,7 +152,8 @@ func (s *Server) withDeadShard(shard record.ShardID, fn func(ds *deadShard, l Lo
 // all are settled in the group log by one dead-lettered entry. It returns
 // how many it dead-lettered and the offsets the data log no longer holds
 // (settled by the caller as acknowledged). A record too large to be
-// dead-lettered stays outstanding, and is logged. Called with gs.mu held.
+// dead-lettered, or one more than Options.MaxDeadLetters, stays
+// outstanding, and is logged. Called with gs.mu held.
 func (s *Server) deadLetter(gs *groupShard, gl, data Log, req wire.GroupFetchRequest, in group.Info, dead []uint64) (n int, gone []uint64, err error) {
 	var settle []uint64
 	err = s.withDeadShard(req.Shard, func(ds *deadShard, l Log) error {
@@ -154,6 +161,11 @@ func (s *Server) deadLetter(gs *groupShard, gl, data Log, req wire.GroupFetchReq
 		for _, off := range dead {
 			if _, ok := ds.state.Find(req.Group, off); ok {
 				settle = append(settle, off)
+				continue
+			}
+			if ds.state.Len() >= s.opts.MaxDeadLetters {
+				s.log.Error(errDeadLettersFull, "record stays outstanding; trim the dead-letter log (felix deadletter trim)", "shard", req.Shard.String(),
+					"group", req.Group, "offset", off, "limit", s.opts.MaxDeadLetters)
 				continue
 			}
 			r, ok, err := readAt(data, off)
@@ -192,6 +204,36 @@ func (s *Server) deadLetter(gs *groupShard, gl, data Log, req wire.GroupFetchReq
 		err = gs.settle(s, gl, group.EntryDeadLettered, req.Group, req.Member, req.Generation, settle)
 	}
 	return n, gone, err
+}
+
+// errDeadLettersFull: the dead-letter log holds Options.MaxDeadLetters
+// records.
+var errDeadLettersFull = errors.New("server: the dead-letter log is full")
+
+// deadLetterTrim serves a DeadLetterTrim: a conditional trim of the
+// dead-letter log on the fold's tail [TR-2]; the fold is then rebuilt
+// from the new floor.
+func (s *Server) deadLetterTrim(req wire.DeadLetterTrimRequest) (wire.DeadLetterTrimOK, error) {
+	var out wire.DeadLetterTrimOK
+	err := s.withDeadShard(req.Shard, func(ds *deadShard, l Log) error {
+		tail := ds.state.Next()
+		if req.Floor > tail {
+			return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%s: dead-letter floor %d above the log's tail %d", req.Shard, req.Floor, tail)}
+		}
+		res, err := l.Trim(s.storeCtx, logstore.TrimRequest{Floor: req.Floor, ExpectTail: tail, Timestamp: s.opts.Now().UnixNano(),
+			Headers: []record.Header{{Key: deadLetterTrimHeader, Value: []byte(strconv.FormatUint(req.Floor, 10))}}})
+		ds.built = false
+		if err != nil {
+			var om *record.OffsetMismatchError
+			if errors.As(err, &om) {
+				return fmt.Errorf("%w: %v", errDeadTailMoved, err)
+			}
+			return err
+		}
+		out.Floor = res.Floor
+		return nil
+	})
+	return out, err
 }
 
 // DefaultDeadLetterReadRecords bounds the entries of one DeadLetterRead.

@@ -138,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "read", "trim", "describe", "metadata", "counter_add", "counter_get", "counter_snapshot",
 		"group_claim", "group_heartbeat", "group_commit", "group_leave", "group_describe",
-		"group_ack_config", "group_fetch", "group_ack", "group_nak", "dead_letter_read", "dead_letter_redrive"} {
+		"group_ack_config", "group_fetch", "group_ack", "group_nak", "dead_letter_read", "dead_letter_redrive", "dead_letter_trim"} {
 		m.okRequests[op] = m.requests.WithLabelValues(op, "ok")
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}

@@ -465,3 +465,49 @@ func DecodeDeadLetterRedriveOK(b []byte) (DeadLetterRedriveOK, error) {
 	}
 	return r, d.end("dead-letter redrive ok")
 }
+
+// DeadLetterTrimRequest drops the entries of the shard's dead-letter log
+// below Floor (a conditional trim of the log, as a Trim of the data log).
+// A Floor at or below the log's floor is a no-op; one above its tail is
+// BadRequest.
+type DeadLetterTrimRequest struct {
+	Shard ShardRef
+	Floor uint64
+}
+
+// DeadLetterTrimOK answers a DeadLetterTrim with the log's floor after it.
+type DeadLetterTrimOK struct {
+	Floor uint64
+}
+
+// EncodeDeadLetterTrim returns the body of a DeadLetterTrim frame.
+func EncodeDeadLetterTrim(r DeadLetterTrimRequest) ([]byte, error) {
+	if err := checkShard(r.Shard); err != nil {
+		return nil, err
+	}
+	e := enc{b: make([]byte, 0, 12+len(r.Shard.Stream))}
+	e.shard(r.Shard)
+	e.u64(r.Floor)
+	return e.b, nil
+}
+
+// DecodeDeadLetterTrim decodes a DeadLetterTrim body.
+func DecodeDeadLetterTrim(b []byte) (DeadLetterTrimRequest, error) {
+	d := newDec(b)
+	r := DeadLetterTrimRequest{Shard: d.shard(), Floor: d.U64("floor")}
+	return r, d.end("dead-letter trim")
+}
+
+// EncodeDeadLetterTrimOK returns the body of a DeadLetterTrimOK frame.
+func EncodeDeadLetterTrimOK(r DeadLetterTrimOK) []byte {
+	e := enc{b: make([]byte, 0, 8)}
+	e.u64(r.Floor)
+	return e.b
+}
+
+// DecodeDeadLetterTrimOK decodes a DeadLetterTrimOK body.
+func DecodeDeadLetterTrimOK(b []byte) (DeadLetterTrimOK, error) {
+	d := newDec(b)
+	r := DeadLetterTrimOK{Floor: d.U64("floor")}
+	return r, d.end("dead-letter trim ok")
+}

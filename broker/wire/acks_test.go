@@ -33,6 +33,8 @@ func ackGoldenCases(shard ShardRef) []goldenCase {
 	}}
 	redrive := DeadLetterRedriveRequest{Shard: shard, Entry: 0}
 	redriveOK := DeadLetterRedriveOK{DataOffset: 140, Already: true}
+	trim := DeadLetterTrimRequest{Shard: shard, Floor: 2}
+	trimOK := DeadLetterTrimOK{Floor: 2}
 	req := func(name string, t MsgType, id uint32, enc func() ([]byte, error), dec func([]byte) (any, error), v any) goldenCase {
 		return goldenCase{name: name, feats: FeatureGroups | FeatureAcks, frame: func() (Frame, error) { b, err := enc(); return msg(t, id, b, err) },
 			decode: func(b []byte, _ Features) (any, error) { return dec(b) }, value: v}
@@ -63,6 +65,10 @@ func ackGoldenCases(shard ShardRef) []goldenCase {
 			func(b []byte) (any, error) { return DecodeDeadLetterRedrive(b) }, redrive),
 		req("dead_letter_redrive_ok", MsgDeadLetterRedriveOK, 35, ok(EncodeDeadLetterRedriveOK(redriveOK)),
 			func(b []byte) (any, error) { return DecodeDeadLetterRedriveOK(b) }, redriveOK),
+		req("dead_letter_trim", MsgDeadLetterTrim, 36, func() ([]byte, error) { return EncodeDeadLetterTrim(trim) },
+			func(b []byte) (any, error) { return DecodeDeadLetterTrim(b) }, trim),
+		req("dead_letter_trim_ok", MsgDeadLetterTrimOK, 36, ok(EncodeDeadLetterTrimOK(trimOK)),
+			func(b []byte) (any, error) { return DecodeDeadLetterTrimOK(b) }, trimOK),
 	}
 }
 
@@ -131,6 +137,16 @@ func ackBody(t MsgType, b []byte) (re []byte, ok bool) {
 		if r, err = DecodeDeadLetterRedriveOK(b); err == nil {
 			re = EncodeDeadLetterRedriveOK(r)
 		}
+	case MsgDeadLetterTrim:
+		var r DeadLetterTrimRequest
+		if r, err = DecodeDeadLetterTrim(b); err == nil {
+			re, err = EncodeDeadLetterTrim(r)
+		}
+	case MsgDeadLetterTrimOK:
+		var r DeadLetterTrimOK
+		if r, err = DecodeDeadLetterTrimOK(b); err == nil {
+			re = EncodeDeadLetterTrimOK(r)
+		}
 	default:
 		return nil, false
 	}
@@ -140,7 +156,8 @@ func ackBody(t MsgType, b []byte) (re []byte, ok bool) {
 // ackTypes are the ack and dead-letter message types, indexed by the fuzz
 // input's selector byte.
 var ackTypes = []MsgType{MsgGroupAckConfig, MsgGroupAckConfigOK, MsgGroupFetch, MsgGroupFetchOK, MsgGroupAck, MsgGroupAckOK,
-	MsgGroupNak, MsgGroupNakOK, MsgDeadLetterRead, MsgDeadLetterReadOK, MsgDeadLetterRedrive, MsgDeadLetterRedriveOK}
+	MsgGroupNak, MsgGroupNakOK, MsgDeadLetterRead, MsgDeadLetterReadOK, MsgDeadLetterRedrive, MsgDeadLetterRedriveOK,
+	MsgDeadLetterTrim, MsgDeadLetterTrimOK}
 
 // FuzzDecodeAcks feeds outside bytes to every ack and dead-letter body
 // decoder (the selector picks one): nothing may panic, and a body that
@@ -167,6 +184,7 @@ func ackSeeds(tb testing.TB) map[string]counterSeed {
 		"read_ok_bad_flag":        {append(append(make([]byte, 8), 0, 0, 0, 1), append(make([]byte, 8+2+8+8+8+4+1+2+4), 2, 0, 0, 0, 0, 0, 0, 0, 0)...), 9},
 		"redrive_ok_bad_flag":     {append(make([]byte, 8), 2), 11},
 		"nak_ok_trailer":          {[]byte{0}, 7},
+		"trim_ok_short":           {[]byte{0, 0, 0}, 13},
 		"ack_config_missing_wait": {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'g', 0, 1, 'm', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 5}, 0},
 	}
 	for _, tc := range goldenCases() {

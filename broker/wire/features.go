@@ -69,8 +69,9 @@ const (
 	FeatureGroups Features = 1 << 9
 	// FeatureAcks: the broker serves the GroupAckConfig, GroupFetch,
 	// GroupAck and GroupNak requests (per-record acknowledgement with
-	// redelivery, on a shard's group log) and the DeadLetterRead and
-	// DeadLetterRedrive requests (on a shard's dead-letter log). Its error
+	// redelivery, on a shard's group log) and the DeadLetterRead,
+	// DeadLetterRedrive and DeadLetterTrim requests (on a shard's
+	// dead-letter log). Its error
 	// codes are those of FeatureGroups: a connection offers both. A
 	// connection without it gets BadRequest for the requests.
 	FeatureAcks Features = 1 << 10

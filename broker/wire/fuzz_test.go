@@ -81,7 +81,8 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 		MsgGroupLeave, MsgGroupLeaveOK, MsgGroupDescribe, MsgGroupDescribeOK:
 		return groupBody(f.Type, f.Body)
 	case MsgGroupAckConfig, MsgGroupAckConfigOK, MsgGroupFetch, MsgGroupFetchOK, MsgGroupAck, MsgGroupAckOK,
-		MsgGroupNak, MsgGroupNakOK, MsgDeadLetterRead, MsgDeadLetterReadOK, MsgDeadLetterRedrive, MsgDeadLetterRedriveOK:
+		MsgGroupNak, MsgGroupNakOK, MsgDeadLetterRead, MsgDeadLetterReadOK, MsgDeadLetterRedrive, MsgDeadLetterRedriveOK,
+		MsgDeadLetterTrim, MsgDeadLetterTrimOK:
 		return ackBody(f.Type, f.Body)
 	case MsgError:
 		var e *Error

@@ -98,6 +98,11 @@ const (
 	MsgDeadLetterRedrive MsgType = 0x34
 	// MsgDeadLetterRedriveOK answers MsgDeadLetterRedrive.
 	MsgDeadLetterRedriveOK MsgType = 0x35
+	// MsgDeadLetterTrim drops the entries of a shard's dead-letter log
+	// below a floor (FeatureAcks).
+	MsgDeadLetterTrim MsgType = 0x36
+	// MsgDeadLetterTrimOK answers MsgDeadLetterTrim.
+	MsgDeadLetterTrimOK MsgType = 0x37
 
 	// MsgShip is reserved for replication: a leader ships records to a
 	// follower. Brokers without replication answer it with BadRequest.
@@ -199,6 +204,10 @@ func (t MsgType) String() string {
 		return "DeadLetterRedrive"
 	case MsgDeadLetterRedriveOK:
 		return "DeadLetterRedriveOK"
+	case MsgDeadLetterTrim:
+		return "DeadLetterTrim"
+	case MsgDeadLetterTrimOK:
+		return "DeadLetterTrimOK"
 	case MsgShip:
 		return "Ship"
 	case MsgShipAnswer:

@@ -20,6 +20,7 @@ import (
 type deadLetterClient interface {
 	DeadLetterRead(ctx context.Context, shard record.ShardID, from uint64, max uint32) (wire.DeadLetterReadOK, error)
 	DeadLetterRedrive(ctx context.Context, shard record.ShardID, entry uint64) (wire.DeadLetterRedriveOK, error)
+	DeadLetterTrim(ctx context.Context, shard record.ShardID, floor uint64) (wire.DeadLetterTrimOK, error)
 }
 
 // deadLetterLine is one line of felix deadletter read: a dead-lettered
@@ -57,7 +58,7 @@ func dialDeadLetters(cmd *cobra.Command, f *shardFlags) (deadLetterClient, func(
 func newDeadLetterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deadletter",
-		Short: "Read a shard's dead-letter log, and redrive its records into the data log",
+		Short: "Read a shard's dead-letter log, redrive its records into the data log, trim it",
 		Long: `A consumer group that acknowledges each record gives up on a record after
 its maximum number of deliveries: the shard's leader appends it to the
 shard's dead-letter log with its original offset, epoch, timestamp,
@@ -65,7 +66,7 @@ headers and payload, the group, the delivery count and the reason. See
 docs/clients.md, section Per-record acknowledgement and the dead-letter
 log.`,
 	}
-	cmd.AddCommand(newDeadLetterReadCmd(), newDeadLetterRedriveCmd())
+	cmd.AddCommand(newDeadLetterReadCmd(), newDeadLetterRedriveCmd(), newDeadLetterTrimCmd())
 	return cmd
 }
 
@@ -180,5 +181,52 @@ the data log.`,
 	}
 	f.register(cmd)
 	cmd.Flags().Uint64Var(&entry, "entry", 0, "the dead-letter entry E to redrive (required)")
+	return cmd
+}
+
+func newDeadLetterTrimCmd() *cobra.Command {
+	var (
+		f     shardFlags
+		floor uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "trim --stream S --shard N --floor E",
+		Short: "Drop the entries of a shard's dead-letter log below entry E",
+		Long: `Drop the entries of a shard's dead-letter log below entry E (a conditional
+trim of the log on its tail, made by the shard's leader). A shard's
+dead-letter log holds at most --max-dead-letters records (felix broker,
+10000 by default): once full, records due to be dead-lettered stay
+outstanding in their group until a trim makes room. A floor at or below
+the log's floor changes nothing. Needs Trim on the stream.
+
+Prints {"floor":F}: the dead-letter log's floor after the trim.`,
+		Example: `  felix deadletter trim --broker 127.0.0.1:7100 --stream orders --shard 0 --floor 120`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkCounterFlags(cmd, &f, "floor"); err != nil {
+				return err
+			}
+			dc, closeFn, err := dialDeadLetters(cmd, &f)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			res, err := dc.DeadLetterTrim(ctx, f.shardID(), floor)
+			if err != nil {
+				return f.report(cmd, err)
+			}
+			p := newPrinter(cmd, f.output, "FLOOR")
+			if err := p.print(struct {
+				Floor uint64 `json:"floor"`
+			}{res.Floor}, res.Floor); err != nil {
+				return err
+			}
+			return p.flush()
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().Uint64Var(&floor, "floor", 0, "the dead-letter entry E below which entries are dropped (required)")
 	return cmd
 }

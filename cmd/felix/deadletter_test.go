@@ -95,4 +95,15 @@ func TestDeadLetterCommands(t *testing.T) {
 	if out, err := as(alice, "deadletter", "redrive"); err == nil || !strings.Contains(out, "--entry is required") {
 		t.Fatalf("redrive without --entry printed %q (%v), want a usage error", out, err)
 	}
+	if out, err := as(alice, "deadletter", "trim", "--floor", "1"); err == nil || !strings.Contains(out, `"error":"NotAuthorized"`) {
+		t.Fatalf("trim without the Trim grant printed %q (%v), want NotAuthorized", out, err)
+	}
+	b.table.Set("tom", "uid-tom", []auth.Grant{{Stream: "orders", Ops: []auth.Operation{auth.OpTrim, auth.OpRead}}})
+	tom := issueDir(t, b.ca, pki.Identity{Namespace: "ns", Cluster: "c", Kind: pki.KindUser, Name: "tom"})
+	if out, err := as(tom, "deadletter", "trim", "--floor", "1"); err != nil || strings.TrimSpace(out) != `{"floor":1}` {
+		t.Fatalf("deadletter trim printed %q (%v)", out, err)
+	}
+	if out, err := as(tom, "deadletter", "read"); err != nil || strings.TrimSpace(out) != "" {
+		t.Fatalf("deadletter read after the trim printed %q (%v), want nothing", out, err)
+	}
 }
