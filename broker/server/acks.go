@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"felix.dev/felix/broker/group"
@@ -274,9 +273,11 @@ func (s *Server) groupAck(req wire.GroupAckRequest) (wire.GroupAckOK, error) {
 		}
 		gs.leases[req.Group] = s.opts.Now().Add(s.opts.GroupLease)
 		var settle []uint64
+		seen := make(map[uint64]bool, len(req.Offsets))
 		for _, off := range req.Offsets {
-			if _, out := in.Ack.Deliveries[off]; out && !slices.Contains(settle, off) {
+			if _, out := in.Ack.Deliveries[off]; out && !seen[off] {
 				settle = append(settle, off)
+				seen[off] = true
 			} else if off >= in.Ack.Delivered {
 				return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("group %q: offset %d was never delivered (delivered up to %d)", req.Group, off, in.Ack.Delivered)}
 			}

@@ -523,8 +523,14 @@ func TestDeadLetterCapAndTrim(t *testing.T) {
 	if dl := deadLetters(t, b.srv); len(dl) != 0 {
 		t.Fatalf("dead letters after the trim: %+v", dl)
 	}
+	// A record kept outstanding for want of room is tried again after
+	// another ack wait.
+	if out := fetch(t, b.srv, 0); out.DeadLettered != 0 {
+		t.Fatalf("fetch right after the trim: %+v, want nothing tried before the ack wait", out)
+	}
+	clk.Advance(11 * time.Second)
 	if out := fetch(t, b.srv, 0); out.DeadLettered != 1 || out.Committed != 2 {
-		t.Fatalf("fetch after the trim: %+v, want 1 dead-lettered", out)
+		t.Fatalf("fetch after the trim and the ack wait: %+v, want 1 dead-lettered", out)
 	}
 	if dl := deadLetters(t, b.srv); len(dl) != 1 || dl[0].Offset != 1 {
 		t.Fatalf("dead letters after the second round: %+v", dl)

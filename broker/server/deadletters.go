@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"felix.dev/felix/broker/deadletter"
 	"felix.dev/felix/broker/group"
@@ -153,9 +154,13 @@ func (s *Server) withDeadShard(shard record.ShardID, fn func(ds *deadShard, l Lo
 // how many it dead-lettered and the offsets the data log no longer holds
 // (settled by the caller as acknowledged). A record too large to be
 // dead-lettered, or one more than Options.MaxDeadLetters, stays
-// outstanding, and is logged. Called with gs.mu held.
+// outstanding, is logged, and is not tried again before another ack wait.
+// Called with gs.mu held.
 func (s *Server) deadLetter(gs *groupShard, gl, data Log, req wire.GroupFetchRequest, in group.Info, dead []uint64) (n int, gone []uint64, err error) {
 	var settle []uint64
+	keep := func(off uint64) {
+		gs.dueOf(req.Group)[off] = s.opts.Now().Add(time.Duration(in.Ack.AckWaitMillis) * time.Millisecond)
+	}
 	err = s.withDeadShard(req.Shard, func(ds *deadShard, l Log) error {
 		n, gone, settle = 0, nil, nil
 		for _, off := range dead {
@@ -166,6 +171,7 @@ func (s *Server) deadLetter(gs *groupShard, gl, data Log, req wire.GroupFetchReq
 			if ds.state.Len() >= s.opts.MaxDeadLetters {
 				s.log.Error(errDeadLettersFull, "record stays outstanding; trim the dead-letter log (felix deadletter trim)", "shard", req.Shard.String(),
 					"group", req.Group, "offset", off, "limit", s.opts.MaxDeadLetters)
+				keep(off)
 				continue
 			}
 			r, ok, err := readAt(data, off)
@@ -184,6 +190,7 @@ func (s *Server) deadLetter(gs *groupShard, gl, data Log, req wire.GroupFetchReq
 			if _, err := ds.appendEntry(s, l, rec); err != nil {
 				if errors.Is(err, record.ErrRecordTooLarge) {
 					s.log.Error(err, "record too large to dead-letter; it stays outstanding", "shard", req.Shard.String(), "group", req.Group, "offset", off)
+					keep(off)
 					continue
 				}
 				return err
