@@ -536,3 +536,84 @@ func TestDeadLetterCapAndTrim(t *testing.T) {
 		t.Fatalf("dead letters after the second round: %+v", dl)
 	}
 }
+
+// A GroupConsumer acknowledging per record: Poll configures the shard and
+// fetches; a nak'd record comes at the next Poll with its count, an
+// unacknowledged one after the ack wait on the broker's clock, and after
+// its maximum deliveries it is dead-lettered; a second member takes the
+// shard over after the first's lease and gets what was not acknowledged.
+func TestGroupConsumerAckMode(t *testing.T) {
+	clk := newFakeClock()
+	b := startBroker(t, Options{GroupLease: 10 * time.Second, Now: clk.Now})
+	ctx := ctxT(t)
+	if _, err := dial(t, b.addr, client.Options{}).Append(ctx, shardA, recs("a", "b", "c"), nil); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.NewCluster(ctx, client.ClusterOptions{Attempts: 3}, b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	member := func(name string) *client.GroupConsumer {
+		g, err := client.NewGroupConsumer(cl, client.GroupConsumerOptions{Stream: shardA.Stream, Shards: []uint32{shardA.Shard}, Group: "g", Member: name,
+			Ack: &client.AckOptions{MaxDeliveries: 2, AckWait: 5 * time.Second, MaxInFlight: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	offsets := func(bs []client.GroupBatch) map[uint64]uint32 {
+		m := map[uint64]uint32{}
+		for _, b := range bs {
+			for i, r := range b.Records {
+				m[r.Offset] = b.Deliveries[i]
+			}
+		}
+		return m
+	}
+	first := member("first")
+	bs, err := first.Poll(ctx)
+	if got := offsets(bs); err != nil || len(got) != 3 || got[0] != 1 {
+		t.Fatalf("first poll: %v %v", got, err)
+	}
+	if err := first.Ack(ctx, shardA, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Nak(ctx, shardA, 0); err != nil {
+		t.Fatal(err)
+	}
+	bs, err = first.Poll(ctx)
+	if got := offsets(bs); err != nil || len(got) != 1 || got[0] != 2 {
+		t.Fatalf("poll after the nak: %v %v, want 0 a second time", got, err)
+	}
+	clk.Advance(6 * time.Second)
+	bs, err = first.Poll(ctx)
+	if got := offsets(bs); err != nil || len(got) != 1 || got[2] != 2 {
+		t.Fatalf("poll after the ack wait: %v %v, want 2 a second time (0 dead-lettered)", got, err)
+	}
+	if dl, err := cl.DeadLetterRead(ctx, shardA, 0, 0); err != nil || len(dl.Entries) != 1 || dl.Entries[0].Offset != 0 {
+		t.Fatalf("dead letters: %+v %v", dl, err)
+	}
+	// The first member goes silent; the second takes over after its lease.
+	// Offset 2, delivered its maximum twice and never acknowledged, is due:
+	// the second member's first fetch dead-letters it.
+	second := member("second")
+	clk.Advance(11 * time.Second)
+	bs, err = second.Poll(ctx)
+	if err != nil || len(second.Owned()) != 1 {
+		t.Fatalf("second poll: %v %v owned %v", offsets(bs), err, second.Owned())
+	}
+	if err := first.Ack(ctx, shardA, 2); !errors.Is(err, wire.ErrGroupFenced) {
+		t.Fatalf("ack of the silent member: %v, want GroupFenced", err)
+	}
+	if got := offsets(bs); len(got) != 0 {
+		t.Fatalf("second poll delivered %v, want nothing (2 dead-lettered)", got)
+	}
+	d, err := cl.GroupDescribe(ctx, shardA, "g")
+	if err != nil || d.Groups[0].Owner != "second" || d.Groups[0].Committed != 3 {
+		t.Fatalf("describe: %+v %v, want second owning, 0 dead-lettered, 1 acked, 2 dead-lettered", d, err)
+	}
+	if dl, err := cl.DeadLetterRead(ctx, shardA, 0, 0); err != nil || len(dl.Entries) != 2 || dl.Entries[1].Offset != 2 || dl.Entries[1].Deliveries != 2 {
+		t.Fatalf("dead letters after the takeover: %+v %v", dl, err)
+	}
+}
