@@ -58,8 +58,8 @@ type Options struct {
 	// Features are the bits the client offers. Zero offers
 	// wire.FeatureTrimTag, wire.FeatureLogPolicy, wire.FeatureStorageErrors,
 	// wire.FeatureAuth, wire.FeatureMetadata, wire.FeatureIdempotent,
-	// wire.FeatureCounters and wire.FeatureGroups (a client has no storage
-	// id); use NoFeatures to offer none.
+	// wire.FeatureCounters, wire.FeatureGroups and wire.FeatureAcks (a
+	// client has no storage id); use NoFeatures to offer none.
 	Features wire.Features
 	// NoFeatures offers no feature bit at all: the version-1 frames.
 	NoFeatures bool
@@ -136,7 +136,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 func NewClient(ctx context.Context, nc net.Conn, opts Options) (*Client, error) {
 	feats := opts.Features
 	if feats == 0 && !opts.NoFeatures {
-		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters | wire.FeatureGroups
+		feats = wire.FeatureTrimTag | wire.FeatureLogPolicy | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters | wire.FeatureGroups | wire.FeatureAcks
 	}
 	if opts.NoFeatures {
 		feats = 0

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
@@ -27,6 +28,19 @@ type GroupConsumerOptions struct {
 	// MaxRecords bounds the records one Poll reads from each shard; zero
 	// means 1000.
 	MaxRecords uint32
+	// Ack, when set, makes the member acknowledge each record instead of
+	// committing offsets (wire.FeatureAcks): it configures each shard it
+	// claims with these settings, Poll fetches (redeliveries first, with
+	// their delivery counts), and Ack and Nak settle records.
+	Ack *AckOptions
+}
+
+// AckOptions are a group's per-record acknowledgement settings (see
+// wire.GroupAckConfigRequest).
+type AckOptions struct {
+	MaxDeliveries uint32
+	AckWait       time.Duration
+	MaxInFlight   uint32
 }
 
 // GroupBatch is what a Poll read from one owned shard: Records from the
@@ -37,6 +51,9 @@ type GroupBatch struct {
 	Generation uint64
 	Records    []record.Record
 	Next       uint64
+	// Deliveries is, with GroupConsumerOptions.Ack, each record's
+	// delivery count (this one included); Next is then unused.
+	Deliveries []uint32
 }
 
 // GroupConsumer is one member of a consumer group on a Cluster: each Poll
@@ -57,6 +74,7 @@ type GroupConsumer struct {
 type ownedShard struct {
 	generation uint64
 	pos        uint64 // next offset to read
+	configured bool   // Ack: the shard was configured at this generation
 }
 
 // NewGroupConsumer returns a member of o.Group on c.
@@ -142,6 +160,21 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]GroupBatch, error) {
 			o = &ownedShard{generation: ok.Generation, pos: ok.Committed}
 			g.owned[idx] = o
 		}
+		if g.o.Ack != nil {
+			b, err := g.fetch(ctx, shard, o)
+			if errors.Is(err, wire.ErrGroupFenced) {
+				delete(g.owned, idx)
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if len(b.Records) > 0 {
+				out = append(out, b)
+			}
+			continue
+		}
 		res, err := g.c.Read(ctx, wire.ReadRequest{Shard: shard, From: wire.FromOffset, Offset: o.pos, MaxRecords: g.o.MaxRecords})
 		var tooOld *wire.Error
 		if errors.As(err, &tooOld) && tooOld.Code == wire.CodeCursorTooOld && tooOld.Floor > o.pos {
@@ -159,6 +192,64 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]GroupBatch, error) {
 		o.pos = res.Next
 	}
 	return out, errors.Join(errs...)
+}
+
+// fetch configures an owned shard for per-record acknowledgement (once
+// per generation) and fetches from it. A full window (wire.ErrGroupLimit)
+// is an empty batch: the member acknowledges first.
+func (g *GroupConsumer) fetch(ctx context.Context, shard record.ShardID, o *ownedShard) (GroupBatch, error) {
+	if !o.configured {
+		a := g.o.Ack
+		if _, err := g.c.GroupAckConfig(ctx, wire.GroupAckConfigRequest{Shard: shard, Group: g.o.Group, Member: g.o.Member, Generation: o.generation,
+			MaxDeliveries: a.MaxDeliveries, AckWaitMillis: uint32(a.AckWait / time.Millisecond), MaxInFlight: a.MaxInFlight}); err != nil {
+			return GroupBatch{}, err
+		}
+		o.configured = true
+	}
+	f, err := g.c.GroupFetch(ctx, wire.GroupFetchRequest{Shard: shard, Group: g.o.Group, Member: g.o.Member, Generation: o.generation, MaxRecords: g.o.MaxRecords})
+	if errors.Is(err, wire.ErrGroupLimit) {
+		return GroupBatch{Shard: shard, Generation: o.generation}, nil
+	}
+	if err != nil {
+		return GroupBatch{}, err
+	}
+	b := GroupBatch{Shard: shard, Generation: o.generation, Next: f.Committed}
+	for _, d := range f.Deliveries {
+		b.Records = append(b.Records, d.Record)
+		b.Deliveries = append(b.Deliveries, d.Deliveries)
+	}
+	return b, nil
+}
+
+// Ack acknowledges offsets of shard (with GroupConsumerOptions.Ack): they
+// are processed. A member that lost the shard gets an error matching
+// wire.ErrGroupFenced and drops the shard; the new owner gets the records
+// it did not acknowledge.
+func (g *GroupConsumer) Ack(ctx context.Context, shard record.ShardID, offsets ...uint64) error {
+	return g.settle(ctx, shard, offsets, false)
+}
+
+// Nak asks for offsets of shard to be delivered again at the next Poll
+// (with GroupConsumerOptions.Ack).
+func (g *GroupConsumer) Nak(ctx context.Context, shard record.ShardID, offsets ...uint64) error {
+	return g.settle(ctx, shard, offsets, true)
+}
+
+func (g *GroupConsumer) settle(ctx context.Context, shard record.ShardID, offsets []uint64, nak bool) error {
+	o := g.owned[shard.Shard]
+	if o == nil || shard.Stream != g.o.Stream {
+		return fmt.Errorf("client: member %s does not own %s: %w", g.o.Member, shard, wire.ErrGroupFenced)
+	}
+	var err error
+	if nak {
+		_, err = g.c.GroupNak(ctx, shard, g.o.Group, g.o.Member, o.generation, offsets)
+	} else {
+		_, err = g.c.GroupAck(ctx, shard, g.o.Group, g.o.Member, o.generation, offsets)
+	}
+	if errors.Is(err, wire.ErrGroupFenced) {
+		delete(g.owned, shard.Shard)
+	}
+	return err
 }
 
 // Commit records next as the group's committed offset on shard. A member

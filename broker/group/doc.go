@@ -19,5 +19,13 @@
 // Leases (how long an owner may stay silent) are not in the log: they are
 // the leader's timer, kept in its memory. The log decides who may commit.
 //
+// A group can instead acknowledge each record (ack.go): an ack-config
+// entry switches it, deliver entries count each offset's deliveries,
+// ack and dead-lettered entries settle offsets, and the group's committed
+// offset is its lowest outstanding offset, so it advances over contiguous
+// settled offsets only. Such a group takes no cumulative commit. When a
+// delivery is due again (its ack wait) is the leader's memory, like the
+// leases; the counts are the log's [TR-10].
+//
 // The package has no I/O, clock or goroutine.
 package group

@@ -67,8 +67,12 @@ type Info struct {
 	// Generation counts the claims of the shard for the group.
 	Generation uint64
 	// Committed is the next data-log offset the group reads: 0 before
-	// any commit.
+	// any commit. For a group that acknowledges per record it is the
+	// lowest outstanding offset (see AckState).
 	Committed uint64
+	// Ack is the group's per-record acknowledgement state; nil for a group
+	// that commits cumulatively.
+	Ack *AckState
 }
 
 // Entry is one decoded group-log payload: exactly one field is set.
@@ -77,6 +81,10 @@ type Entry struct {
 	Commit   *Commit
 	Release  *Release
 	Snapshot *Snapshot
+	// Configure is an ack-config entry.
+	Configure *Configure
+	// Offsets is a deliver, ack or dead-lettered entry.
+	Offsets *Offsets
 }
 
 func appendStr(b []byte, s string) ([]byte, error) {
@@ -119,14 +127,20 @@ func EncodeRelease(r Release) ([]byte, error) {
 }
 
 // EncodeSnapshot returns the payload of a snapshot entry, groups in
-// sorted order so equal snapshots encode equally.
+// sorted order so equal snapshots encode equally. When some group
+// acknowledges per record it is an EntryAckSnapshot, every group followed
+// by its per-record state.
 func EncodeSnapshot(s Snapshot) ([]byte, error) {
 	names := make([]string, 0, len(s.Groups))
-	for g := range s.Groups {
+	kind := EntrySnapshot
+	for g, in := range s.Groups {
 		names = append(names, g)
+		if in.Ack != nil {
+			kind = EntryAckSnapshot
+		}
 	}
 	sort.Strings(names)
-	b := []byte{byte(EntrySnapshot)}
+	b := []byte{byte(kind)}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
 	var err error
 	for _, g := range names {
@@ -139,6 +153,9 @@ func EncodeSnapshot(s Snapshot) ([]byte, error) {
 		}
 		b = binary.BigEndian.AppendUint64(b, in.Generation)
 		b = binary.BigEndian.AppendUint64(b, in.Committed)
+		if kind == EntryAckSnapshot {
+			b = appendAckState(b, in.Ack)
+		}
 	}
 	return b, nil
 }
@@ -164,9 +181,13 @@ func DecodeEntry(p []byte) (Entry, error) {
 		r := Release{Group: str("group"), Member: str("member")}
 		r.Generation = d.U64("generation")
 		e.Release = &r
-	case EntrySnapshot:
+	case EntrySnapshot, EntryAckSnapshot:
 		n := int(d.U32("group count"))
-		if d.Err == nil && n*(2+2+8+8) > d.Remaining() {
+		least := 2 + 2 + 8 + 8
+		if k == EntryAckSnapshot {
+			least++ // the ack flag
+		}
+		if d.Err == nil && n*least > d.Remaining() {
 			d.Fail("%d groups cannot fit in %d bytes", n, d.Remaining())
 		}
 		s := Snapshot{Groups: make(map[string]Info, min(n, 1<<16))}
@@ -175,6 +196,9 @@ func DecodeEntry(p []byte) (Entry, error) {
 			in := Info{Owner: str("owner")}
 			in.Generation = d.U64("generation")
 			in.Committed = d.U64("committed")
+			if k == EntryAckSnapshot {
+				in.Ack = decodeAckState(&d, in.Committed)
+			}
 			if _, dup := s.Groups[g]; d.Err == nil && (dup || g == "") {
 				d.Fail("group %q empty or twice", g)
 			}
@@ -182,7 +206,8 @@ func DecodeEntry(p []byte) (Entry, error) {
 		}
 		e.Snapshot = &s
 	default:
-		if d.Err == nil {
+		var ok bool
+		if e, ok = decodeAckEntry(k, &d, str); !ok && d.Err == nil {
 			d.Fail("entry kind %d", k)
 		}
 	}

@@ -62,6 +62,7 @@ var (
 const (
 	DefaultMaxGroups    = 100
 	DefaultMaxNameBytes = 256
+	DefaultMaxInFlight  = 256
 )
 
 // Limits bound one shard's groups. Zero fields take the defaults.
@@ -70,6 +71,9 @@ type Limits struct {
 	MaxGroups int
 	// MaxNameBytes is the longest group or member name.
 	MaxNameBytes int
+	// MaxInFlight is the highest AckConfig.MaxInFlight a group may set:
+	// the most outstanding offsets of one group on the shard.
+	MaxInFlight int
 }
 
 // WithDefaults returns l with zero fields set to the defaults.
@@ -79,6 +83,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxNameBytes <= 0 {
 		l.MaxNameBytes = DefaultMaxNameBytes
+	}
+	if l.MaxInFlight <= 0 {
+		l.MaxInFlight = DefaultMaxInFlight
 	}
 	return l
 }
@@ -116,9 +123,11 @@ func (s *State) AdvanceTo(off uint64) {
 	}
 }
 
-// Group returns the group's state; ok is false for a group never claimed.
+// Group returns the group's state (a copy: changing it changes nothing in
+// s); ok is false for a group never claimed.
 func (s *State) Group(g string) (Info, bool) {
 	in, ok := s.groups[g]
+	in.Ack = in.Ack.clone()
 	return in, ok
 }
 
@@ -140,6 +149,7 @@ func (s *State) SinceSnapshot() uint64 { return s.sinceSnapshot }
 func (s *State) Snapshot() Snapshot {
 	gs := make(map[string]Info, len(s.groups))
 	for g, in := range s.groups {
+		in.Ack = in.Ack.clone()
 		gs[g] = in
 	}
 	return Snapshot{Groups: gs}
@@ -211,7 +221,11 @@ func (s *State) Apply(r record.Record) error {
 	// does not make the log unreadable.
 	switch {
 	case e.Snapshot != nil:
-		s.groups = e.Snapshot.Groups
+		s.groups = make(map[string]Info, len(e.Snapshot.Groups))
+		for g, in := range e.Snapshot.Groups {
+			in.Ack = in.Ack.clone()
+			s.groups[g] = in
+		}
 		s.sinceSnapshot = 0
 	case e.Claim != nil:
 		c := e.Claim
@@ -228,6 +242,9 @@ func (s *State) Apply(r record.Record) error {
 			return diverged("commit of %q at %d: %v", c.Group, c.Offset, err)
 		}
 		in := s.groups[c.Group]
+		if in.Ack != nil {
+			return diverged("commit of %q at %d: the group acknowledges per record", c.Group, c.Offset)
+		}
 		in.Committed = c.Offset
 		s.groups[c.Group] = in
 		s.sinceSnapshot++
@@ -239,6 +256,16 @@ func (s *State) Apply(r record.Record) error {
 		in := s.groups[rl.Group]
 		in.Owner = ""
 		s.groups[rl.Group] = in
+		s.sinceSnapshot++
+	case e.Configure != nil:
+		if err := s.applyConfigure(e.Configure); err != nil {
+			return diverged("ack config of %q: %v", e.Configure.Group, err)
+		}
+		s.sinceSnapshot++
+	case e.Offsets != nil:
+		if err := s.applyOffsets(e.Offsets); err != nil {
+			return diverged("entry kind %d of %q: %v", e.Offsets.Kind, e.Offsets.Group, err)
+		}
 		s.sinceSnapshot++
 	}
 	s.next = r.Offset + 1

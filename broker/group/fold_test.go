@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -125,7 +126,7 @@ func TestFold(t *testing.T) {
 				t.Fatalf("next %d groups %v, want %d %v", s.Next(), s.Groups(), tc.next, tc.want)
 			}
 			for g, in := range tc.want {
-				if got, ok := s.Group(g); !ok || got != in {
+				if got, ok := s.Group(g); !ok || !reflect.DeepEqual(got, in) {
 					t.Errorf("%s = %+v %v, want %+v", g, got, ok, in)
 				}
 			}
@@ -192,7 +193,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	for _, g := range s.Groups() {
 		a, _ := s.Group(g)
 		b, ok := re.Group(g)
-		if !ok || a != b {
+		if !ok || !reflect.DeepEqual(a, b) {
 			t.Fatalf("%s: %+v after the snapshot, want %+v", g, b, a)
 		}
 	}

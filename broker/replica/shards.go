@@ -37,6 +37,13 @@ func (v shardsView) GroupLog(id record.ShardID) (server.Log, error) {
 	return v.leaderLog(id, record.LogGroup)
 }
 
+// DeadLetterLog implements server.DeadLetterShards: the shard's
+// dead-letter log, served and refused exactly as DataLog serves the data
+// log.
+func (v shardsView) DeadLetterLog(id record.ShardID) (server.Log, error) {
+	return v.leaderLog(id, record.LogDeadLetter)
+}
+
 // leaderLog returns log l of the shard if this broker leads it.
 func (v shardsView) leaderLog(id record.ShardID, l record.LogKind) (server.Log, error) {
 	s, err := v.m.shard(id)

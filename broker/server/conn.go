@@ -427,6 +427,20 @@ func opName(t wire.MsgType) string {
 		return "group_leave"
 	case wire.MsgGroupDescribe:
 		return "group_describe"
+	case wire.MsgGroupAckConfig:
+		return "group_ack_config"
+	case wire.MsgGroupFetch:
+		return "group_fetch"
+	case wire.MsgGroupAck:
+		return "group_ack"
+	case wire.MsgGroupNak:
+		return "group_nak"
+	case wire.MsgDeadLetterRead:
+		return "dead_letter_read"
+	case wire.MsgDeadLetterRedrive:
+		return "dead_letter_redrive"
+	case wire.MsgDeadLetterTrim:
+		return "dead_letter_trim"
 	}
 	return "unknown"
 }

@@ -46,8 +46,11 @@ type groupShard struct {
 	mu     sync.Mutex
 	state  *group.State
 	leases map[string]time.Time // group -> the owner's lease end
-	gen    uint64
-	built  bool
+	// due is, per group acknowledging per record, when each outstanding
+	// offset is due again (acks.go).
+	due   map[string]map[uint64]time.Time
+	gen   uint64
+	built bool
 }
 
 func (s *Server) groupShard(id record.ShardID) *groupShard {
@@ -115,6 +118,7 @@ func (gs *groupShard) ensure(s *Server, l Log) error {
 		}
 	}
 	gs.state, gs.gen, gs.built = st, gen, true
+	gs.resetDue(now)
 	return nil
 }
 
@@ -157,6 +161,10 @@ func (s *Server) groupError(err error) error {
 		return &wire.Error{Code: wire.CodeGroupLimit, Message: err.Error(), Limit: uint64(lim.MaxGroups)}
 	case errors.Is(err, group.ErrNameTooLong):
 		return &wire.Error{Code: wire.CodeGroupLimit, Message: err.Error(), Limit: uint64(lim.MaxNameBytes)}
+	case errors.Is(err, group.ErrInFlightLimit):
+		return &wire.Error{Code: wire.CodeGroupLimit, Message: err.Error(), Limit: uint64(lim.MaxInFlight)}
+	case errors.Is(err, group.ErrNotAckMode), errors.Is(err, group.ErrBadAckConfig):
+		return &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, errGroupTailMoved):
 		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error() + "; retry"}
 	}
@@ -225,7 +233,7 @@ func (c *conn) groupClaim(req wire.GroupClaimRequest) (wire.GroupClaimOK, error)
 			c.log.V(1).Info("group shard taken over after its owner's lease ran out", "shard", req.Shard.String(),
 				"group", req.Group, "from", in.Owner, "to", req.Member, "generation", cl.Generation)
 		}
-		gs.autoSnapshot(c, l, req.Shard)
+		gs.autoSnapshot(s, l, req.Shard)
 		return nil
 	})
 	if err == nil {
@@ -263,6 +271,9 @@ func (c *conn) groupCommit(req wire.GroupCommitRequest) (wire.GroupCommitOK, err
 		if err := gs.state.CheckOwner(req.Group, req.Member, req.Generation); err != nil {
 			return err
 		}
+		if in, _ := gs.state.Group(req.Group); in.Ack != nil {
+			return fmt.Errorf("%w: group %q acknowledges per record; its committed offset moves with its acknowledgements", group.ErrNotAckMode, req.Group)
+		}
 		p, err := group.EncodeCommit(group.Commit{Group: req.Group, Member: req.Member, Generation: req.Generation, Offset: req.Offset})
 		if err != nil {
 			return &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}
@@ -273,7 +284,7 @@ func (c *conn) groupCommit(req wire.GroupCommitRequest) (wire.GroupCommitOK, err
 		}
 		gs.leases[req.Group] = s.opts.Now().Add(s.opts.GroupLease)
 		out.Entry = res.First
-		gs.autoSnapshot(c, l, req.Shard)
+		gs.autoSnapshot(s, l, req.Shard)
 		return nil
 	})
 	if err == nil {
@@ -301,7 +312,7 @@ func (c *conn) groupLeave(req wire.GroupLeaveRequest) (wire.GroupLeaveOK, error)
 		}
 		delete(gs.leases, req.Group)
 		out.Entry = res.First
-		gs.autoSnapshot(c, l, req.Shard)
+		gs.autoSnapshot(s, l, req.Shard)
 		return nil
 	})
 	return out, err
@@ -369,8 +380,7 @@ func (s *Server) observeGroupLag(shard record.ShardID, g string, committed uint6
 // on the fold's tail, the trim a conditional trim right after it [TR-2].
 // A failure is logged, not returned: the request it follows was applied.
 // Called with gs.mu held.
-func (gs *groupShard) autoSnapshot(c *conn, l Log, shard record.ShardID) {
-	s := c.s
+func (gs *groupShard) autoSnapshot(s *Server, l Log, shard record.ShardID) {
 	every := s.opts.GroupSnapshotEvery
 	if every < 0 || gs.state.SinceSnapshot() < uint64(every) {
 		return
@@ -390,6 +400,6 @@ func (gs *groupShard) autoSnapshot(c *conn, l Log, shard record.ShardID) {
 		}
 	}
 	if err != nil {
-		c.log.Error(err, "automatic group snapshot failed", "shard", shard.String())
+		s.log.Error(err, "automatic group snapshot failed", "shard", shard.String())
 	}
 }

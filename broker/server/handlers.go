@@ -123,6 +123,9 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 		c.dispatchCounter(f, start, held)
 	case wire.MsgGroupClaim, wire.MsgGroupHeartbeat, wire.MsgGroupCommit, wire.MsgGroupLeave, wire.MsgGroupDescribe:
 		c.dispatchGroup(f, start, held)
+	case wire.MsgGroupAckConfig, wire.MsgGroupFetch, wire.MsgGroupAck, wire.MsgGroupNak, wire.MsgDeadLetterRead, wire.MsgDeadLetterRedrive,
+		wire.MsgDeadLetterTrim:
+		c.dispatchAcks(f, start, held)
 	case wire.MsgHello:
 		c.fail(f.ReqID, "hello", start, held, &wire.Error{Code: wire.CodeBadRequest, Message: "Hello after the handshake"})
 	default:

@@ -94,6 +94,23 @@ func (h hintingShards) GroupLog(shard record.ShardID) (Log, error) {
 	return nil, err
 }
 
+// DeadLetterLog serves the dead-letter log of the underlying Shards,
+// refusing a shard this broker holds no replica of as DataLog does.
+func (h hintingShards) DeadLetterLog(shard record.ShardID) (Log, error) {
+	dl, ok := h.Shards.(DeadLetterShards)
+	if !ok {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "this broker serves no dead-letter logs"}
+	}
+	l, err := dl.DeadLetterLog(shard)
+	if err == nil || !errors.Is(err, record.ErrShardUnknown) {
+		return l, err
+	}
+	if _, derr := h.DataLog(shard); derr != nil {
+		return nil, derr
+	}
+	return nil, err
+}
+
 func lookupMetadata(ctx context.Context, meta Metadata, streams []string) (wire.MetadataOK, error) {
 	bs, err := meta.Brokers(ctx)
 	if err != nil {

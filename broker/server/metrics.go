@@ -41,6 +41,7 @@ type Metrics struct {
 	replRefused      *prometheus.CounterVec // {reason}
 	reqRefused       *prometheus.CounterVec // {reason}
 	groupLags        *prometheus.GaugeVec   // {stream, shard, group}
+	deadLetters      *prometheus.CounterVec // {stream, shard, group}
 }
 
 // Reasons of felix_broker_replication_frames_refused_total.
@@ -112,6 +113,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		groupLags: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "felix_broker_group_lag_records",
 			Help: "Records of a shard's data log above a consumer group's committed offset, as the shard's leader saw them at the group's last request"},
 			[]string{"stream", "shard", "group"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_broker_group_dead_lettered_total",
+			Help: "Records a consumer group gave up on (delivered its maximum number of times) and the shard's leader appended to the dead-letter log"},
+			[]string{"stream", "shard", "group"}),
 		shardsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "felix_broker_shard_creations_refused_total",
 			Help: "Appends refused because creating their shard would exceed --max-shards (standalone)."}),
 		storageFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_broker_storage_full",
@@ -133,14 +137,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.okRequests, m.opLatency = map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "read", "trim", "describe", "metadata", "counter_add", "counter_get", "counter_snapshot",
-		"group_claim", "group_heartbeat", "group_commit", "group_leave", "group_describe"} {
+		"group_claim", "group_heartbeat", "group_commit", "group_leave", "group_describe",
+		"group_ack_config", "group_fetch", "group_ack", "group_nak", "dead_letter_read", "dead_letter_redrive", "dead_letter_trim"} {
 		m.okRequests[op] = m.requests.WithLabelValues(op, "ok")
 		m.opLatency[op] = m.requestLatency.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.appends, m.appendRecords, m.appendBytes, m.appendLatency, m.syncFanIn,
 		m.syncLatency, m.deletedRecords, m.deletedBytes, m.requests, m.requestLatency, m.connections, m.accepted, m.dropped,
 		m.frameMemory, m.framesIncomplete, m.frameRefused, m.peerDropped, m.shardsRefused,
-		m.storageFull, m.storageFree, m.fullRefusals, m.replRefused, m.reqRefused, m.groupLags} {
+		m.storageFull, m.storageFree, m.fullRefusals, m.replRefused, m.reqRefused, m.groupLags, m.deadLetters} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -256,6 +261,14 @@ func (m *Metrics) groupLag(shard record.ShardID, group string, lag uint64) {
 		return
 	}
 	m.groupLags.WithLabelValues(shard.Stream, strconv.FormatUint(uint64(shard.Shard), 10), group).Set(float64(lag))
+}
+
+// deadLettered counts n records group dead-lettered on shard.
+func (m *Metrics) deadLettered(shard record.ShardID, group string, n int) {
+	if m == nil {
+		return
+	}
+	m.deadLetters.WithLabelValues(shard.Stream, strconv.FormatUint(uint64(shard.Shard), 10), group).Add(float64(n))
 }
 
 func (m *Metrics) shardRefused() {

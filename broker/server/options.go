@@ -246,6 +246,12 @@ type Options struct {
 	// log below it. Zero means DefaultGroupSnapshotEvery; negative turns
 	// it off.
 	GroupSnapshotEvery int
+	// MaxDeadLetters is the most dead-lettered records a shard's
+	// dead-letter log holds above its floor; zero means
+	// DefaultMaxDeadLetters. A record due to be dead-lettered beyond it
+	// stays outstanding (and the leader logs it) until a DeadLetterTrim
+	// makes room.
+	MaxDeadLetters int
 }
 
 func (o Options) withDefaults() Options {
@@ -260,6 +266,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.GroupSnapshotEvery == 0 {
 		o.GroupSnapshotEvery = DefaultGroupSnapshotEvery
+	}
+	if o.MaxDeadLetters <= 0 {
+		o.MaxDeadLetters = DefaultMaxDeadLetters
 	}
 	if o.CounterSnapshotEvery == 0 {
 		o.CounterSnapshotEvery = DefaultCounterSnapshotEvery

@@ -49,6 +49,7 @@ type Server struct {
 	idem     perShard[idemShard]    // idempotent producers' tables, per shard
 	counters perShard[counterShard] // counter logs' folds, per shard
 	groups   perShard[groupShard]   // group logs' folds and leases, per shard
+	dead     perShard[deadShard]    // dead-letter logs' folds, per shard
 }
 
 // New returns a server that answers requests from shards.

@@ -101,6 +101,8 @@ func NewStoreShards(s *logstore.Store, o StoreShardsOptions) Shards {
 			ss.counters++
 		case record.LogGroup:
 			ss.groups++
+		case record.LogDeadLetter:
+			ss.deadLetters++
 		}
 	}
 	return ss
@@ -116,9 +118,12 @@ type storeShards struct {
 	// apart from the data logs.
 	counters int
 	// groups is the group logs in the store, bounded the same way.
-	groups  int
-	created chan struct{}
-	parked  int // WaitCommitted calls waiting for a creation (tests observe it)
+	groups int
+	// deadLetters is the dead-letter logs in the store, bounded the same
+	// way.
+	deadLetters int
+	created     chan struct{}
+	parked      int // WaitCommitted calls waiting for a creation (tests observe it)
 }
 
 func (s *storeShards) DataLog(shard record.ShardID) (Log, error) {
@@ -149,6 +154,17 @@ func (s *storeShards) GroupLog(shard record.ShardID) (Log, error) {
 	return &absentLog{s: s, id: id}, nil
 }
 
+// DeadLetterLog implements DeadLetterShards: the shard's dead-letter log,
+// served as DataLog serves the data log (absent until its first append
+// creates it).
+func (s *storeShards) DeadLetterLog(shard record.ShardID) (Log, error) {
+	id := record.LogID{ShardID: shard, Log: record.LogDeadLetter}
+	if l, ok := s.s.Lookup(id); ok {
+		return l, nil
+	}
+	return &absentLog{s: s, id: id}, nil
+}
+
 // create returns the log id, creating it if it still does not exist and
 // the bound allows.
 func (s *storeShards) create(id record.LogID) (*logstore.Log, error) {
@@ -163,6 +179,8 @@ func (s *storeShards) create(id record.LogID) (*logstore.Log, error) {
 		count = &s.counters
 	case record.LogGroup:
 		count = &s.groups
+	case record.LogDeadLetter:
+		count = &s.deadLetters
 	}
 	if s.o.MaxShards > 0 && *count >= s.o.MaxShards {
 		s.o.Metrics.shardRefused()

@@ -109,7 +109,7 @@ var codeTable = []CodeInfo{
 	{CodeGroupFenced, "GroupFenced", []string{"owner str", "generation u64"},
 		"The member does not own the shard for the group at the generation it named: another member claimed it since (a commit, heartbeat or leave of a superseded generation), or, for a claim, another member owns it and its lease runs. owner and generation are the group's current ones on the shard (owner empty when the shard is free). Nothing was written. The member stops processing the shard; it may claim it again."},
 	{CodeGroupLimit, "GroupLimit", []string{"limit u64"},
-		"A group request would pass a bound of the shard's groups: a new group beyond the shard's group cap, or a group or member name longer than the name-length cap (limit is the cap). Nothing was written. Not retryable as is. Only sent to connections that accepted groups."},
+		"A group request would pass a bound of the shard's groups: a new group beyond the shard's group cap, or a group or member name longer than the name-length cap (limit is the cap); or (acks) a group's max in flight above the broker's cap, or a fetch that finds the group's window of outstanding records full with nothing due (limit is the cap or the window). Nothing was written. Not retryable as is. Only sent to connections that accepted groups."},
 }
 
 // Codes returns the table of error codes, in numeric order.

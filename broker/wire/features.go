@@ -67,10 +67,18 @@ const (
 	// GroupLimit (17). A connection without it gets BadRequest for the
 	// requests and never gets the codes.
 	FeatureGroups Features = 1 << 9
+	// FeatureAcks: the broker serves the GroupAckConfig, GroupFetch,
+	// GroupAck and GroupNak requests (per-record acknowledgement with
+	// redelivery, on a shard's group log) and the DeadLetterRead,
+	// DeadLetterRedrive and DeadLetterTrim requests (on a shard's
+	// dead-letter log). Its error
+	// codes are those of FeatureGroups: a connection offers both. A
+	// connection without it gets BadRequest for the requests.
+	FeatureAcks Features = 1 << 10
 )
 
 // KnownFeatures is every bit this implementation understands.
-const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent | FeatureShipBundle | FeatureCounters | FeatureGroups
+const KnownFeatures = FeatureStorageID | FeatureTrimTag | FeatureLogPolicy | FeatureStorageErrors | FeatureAuth | FeatureMetadata | FeatureIdempotent | FeatureShipBundle | FeatureCounters | FeatureGroups | FeatureAcks
 
 // Has reports whether every bit of b is set in f.
 func (f Features) Has(b Features) bool { return f&b == b }
@@ -107,6 +115,8 @@ func (f Features) String() string {
 			parts = append(parts, "counters")
 		case FeatureGroups:
 			parts = append(parts, "groups")
+		case FeatureAcks:
+			parts = append(parts, "acks")
 		default:
 			parts = append(parts, fmt.Sprintf("bit%d", bit))
 		}

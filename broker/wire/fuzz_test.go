@@ -80,6 +80,10 @@ func decodeBody(f Frame, feats Features) (re []byte, ok bool) {
 	case MsgGroupClaim, MsgGroupClaimOK, MsgGroupHeartbeat, MsgGroupHeartbeatOK, MsgGroupCommit, MsgGroupCommitOK,
 		MsgGroupLeave, MsgGroupLeaveOK, MsgGroupDescribe, MsgGroupDescribeOK:
 		return groupBody(f.Type, f.Body)
+	case MsgGroupAckConfig, MsgGroupAckConfigOK, MsgGroupFetch, MsgGroupFetchOK, MsgGroupAck, MsgGroupAckOK,
+		MsgGroupNak, MsgGroupNakOK, MsgDeadLetterRead, MsgDeadLetterReadOK, MsgDeadLetterRedrive, MsgDeadLetterRedriveOK,
+		MsgDeadLetterTrim, MsgDeadLetterTrimOK:
+		return ackBody(f.Type, f.Body)
 	case MsgError:
 		var e *Error
 		if e, err = DecodeError(f.Body, feats); err == nil {

@@ -166,7 +166,7 @@ func goldenCases() []goldenCase {
 		// What a connection without FeatureIdempotent is sent instead.
 		errCase("error_out_of_sequence_downgraded", 0, ErrorFor(&Error{Code: CodeOutOfSequence, Message: "expected 3", Next: 3}, 0),
 			&Error{Code: CodeBadRequest, Message: "out of sequence: expected 3"}),
-	}, append(counterGoldenCases(shard), groupGoldenCases(shard)...)...)
+	}, append(append(counterGoldenCases(shard), groupGoldenCases(shard)...), ackGoldenCases(shard)...)...)
 }
 
 // counterGoldenCases pins the counter messages (FeatureCounters).

@@ -69,6 +69,40 @@ const (
 	MsgGroupDescribe MsgType = 0x28
 	// MsgGroupDescribeOK answers MsgGroupDescribe.
 	MsgGroupDescribeOK MsgType = 0x29
+	// MsgGroupAckConfig switches a group to per-record acknowledgement on
+	// a shard (FeatureAcks).
+	MsgGroupAckConfig MsgType = 0x2A
+	// MsgGroupAckConfigOK answers MsgGroupAckConfig.
+	MsgGroupAckConfigOK MsgType = 0x2B
+	// MsgGroupFetch fetches records to process for a per-record group
+	// (FeatureAcks).
+	MsgGroupFetch MsgType = 0x2C
+	// MsgGroupFetchOK answers MsgGroupFetch.
+	MsgGroupFetchOK MsgType = 0x2D
+	// MsgGroupAck acknowledges records of a per-record group
+	// (FeatureAcks).
+	MsgGroupAck MsgType = 0x2E
+	// MsgGroupAckOK answers MsgGroupAck.
+	MsgGroupAckOK MsgType = 0x2F
+	// MsgGroupNak asks for records of a per-record group to be
+	// redelivered at once (FeatureAcks).
+	MsgGroupNak MsgType = 0x30
+	// MsgGroupNakOK answers MsgGroupNak.
+	MsgGroupNakOK MsgType = 0x31
+	// MsgDeadLetterRead reads a shard's dead-letter log (FeatureAcks).
+	MsgDeadLetterRead MsgType = 0x32
+	// MsgDeadLetterReadOK answers MsgDeadLetterRead.
+	MsgDeadLetterReadOK MsgType = 0x33
+	// MsgDeadLetterRedrive appends a dead-lettered record to the data log
+	// once (FeatureAcks).
+	MsgDeadLetterRedrive MsgType = 0x34
+	// MsgDeadLetterRedriveOK answers MsgDeadLetterRedrive.
+	MsgDeadLetterRedriveOK MsgType = 0x35
+	// MsgDeadLetterTrim drops the entries of a shard's dead-letter log
+	// below a floor (FeatureAcks).
+	MsgDeadLetterTrim MsgType = 0x36
+	// MsgDeadLetterTrimOK answers MsgDeadLetterTrim.
+	MsgDeadLetterTrimOK MsgType = 0x37
 
 	// MsgShip is reserved for replication: a leader ships records to a
 	// follower. Brokers without replication answer it with BadRequest.
@@ -146,6 +180,34 @@ func (t MsgType) String() string {
 		return "GroupDescribe"
 	case MsgGroupDescribeOK:
 		return "GroupDescribeOK"
+	case MsgGroupAckConfig:
+		return "GroupAckConfig"
+	case MsgGroupAckConfigOK:
+		return "GroupAckConfigOK"
+	case MsgGroupFetch:
+		return "GroupFetch"
+	case MsgGroupFetchOK:
+		return "GroupFetchOK"
+	case MsgGroupAck:
+		return "GroupAck"
+	case MsgGroupAckOK:
+		return "GroupAckOK"
+	case MsgGroupNak:
+		return "GroupNak"
+	case MsgGroupNakOK:
+		return "GroupNakOK"
+	case MsgDeadLetterRead:
+		return "DeadLetterRead"
+	case MsgDeadLetterReadOK:
+		return "DeadLetterReadOK"
+	case MsgDeadLetterRedrive:
+		return "DeadLetterRedrive"
+	case MsgDeadLetterRedriveOK:
+		return "DeadLetterRedriveOK"
+	case MsgDeadLetterTrim:
+		return "DeadLetterTrim"
+	case MsgDeadLetterTrimOK:
+		return "DeadLetterTrimOK"
 	case MsgShip:
 		return "Ship"
 	case MsgShipAnswer:

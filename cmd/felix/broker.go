@@ -67,6 +67,8 @@ type brokerFlags struct {
 	maxCounters                     int
 	groupLease                      time.Duration
 	maxGroups                       int
+	groupMaxInFlight                int
+	maxDeadLetters                  int
 	pprof                           bool
 	minFree                         byteSize
 	spaceInterval                   time.Duration
@@ -168,6 +170,8 @@ the storage id; logs go to stderr as JSON lines.`,
 	fl.IntVar(&f.maxCounters, "max-counters", counter.DefaultMaxKeys, "counters one shard may hold; an add creating one more is refused with CounterLimit (a shard's snapshot of them must fit one 1 MiB record: at most about 3000 with 256-byte keys)")
 	fl.DurationVar(&f.groupLease, "group-lease", server.DefaultGroupLease, "how long a consumer-group member keeps a shard without a heartbeat, claim or commit; after it another member's claim takes the shard over (after a leadership change, at most twice this)")
 	fl.IntVar(&f.maxGroups, "max-groups", group.DefaultMaxGroups, "consumer groups one shard may record; a claim creating one more is refused with GroupLimit")
+	fl.IntVar(&f.maxDeadLetters, "max-dead-letters", server.DefaultMaxDeadLetters, "dead-lettered records one shard's dead-letter log may hold above its floor; beyond it records due to be dead-lettered stay outstanding until felix deadletter trim makes room")
+	fl.IntVar(&f.groupMaxInFlight, "group-max-in-flight", group.DefaultMaxInFlight, "the most outstanding (delivered, not acknowledged) records a group acknowledging per record may set on one shard; higher settings are refused with GroupLimit")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles under /debug/pprof/ (cluster mode: on --metrics-listen, behind its check; otherwise on --http)")
 	f.minFree = logstore.DefaultMinFreeBytes
@@ -391,7 +395,8 @@ func (f brokerFlags) serverOptions(tlsConf *tls.Config) server.Options {
 		MaxConnectionsPerAddress: int(off(int64(f.maxPerAddress))), MaxFrameMemory: f.maxFrameMemory,
 		FrameMemoryWait: f.frameMemoryWait, PeerQueueBytes: f.peerQueueBytes,
 		CounterSnapshotEvery: int(off(int64(f.counterSnapshotEvery))), CounterLimits: counter.Limits{MaxKeys: f.maxCounters},
-		GroupLease: f.groupLease, GroupLimits: group.Limits{MaxGroups: f.maxGroups}}
+		GroupLease: f.groupLease, GroupLimits: group.Limits{MaxGroups: f.maxGroups, MaxInFlight: f.groupMaxInFlight},
+		MaxDeadLetters: f.maxDeadLetters}
 }
 
 // stopBroker drains the server, closes (and so syncs) the store and records

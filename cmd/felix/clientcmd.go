@@ -184,9 +184,10 @@ func (s tlsSettings) load(host string) (clientTLS, error) {
 
 // options returns the client options of a resolved TLS setting. The
 // features include idempotent appends (offered to every broker, used only
-// by append --idempotent), counters and consumer groups.
+// by append --idempotent), counters, consumer groups and per-record
+// acknowledgement with the dead-letter log.
 func (c clientTLS) options() client.Options {
-	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters | wire.FeatureGroups, TLS: c.conf}
+	return client.Options{Features: wire.FeatureTrimTag | wire.FeatureStorageErrors | wire.FeatureAuth | wire.FeatureMetadata | wire.FeatureIdempotent | wire.FeatureCounters | wire.FeatureGroups | wire.FeatureAcks, TLS: c.conf}
 }
 
 // dialOptions resolves the TLS flags against the environment, reads the

@@ -57,6 +57,7 @@ func newRootCmd() *cobra.Command {
 		newCounterCmd(),
 		newGroupsCmd(),
 		newGroupCmd(),
+		newDeadLetterCmd(),
 		newShardsCmd(),
 		newStreamsCmd(),
 		newBenchCmd(),
