@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,6 +57,24 @@ func getSchedule(t *testing.T, ns, name string) *felixv1.FelixScheduledBackup {
 		return nil
 	}
 	return &sb
+}
+
+// editSchedule changes the schedule's spec with edit, read afresh on a
+// conflict: the controller writes its status between the test's read and
+// its update.
+func editSchedule(t *testing.T, ns, name string, edit func(*felixv1.FelixScheduledBackup)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var sb felixv1.FelixScheduledBackup
+		if err := suite.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &sb); err != nil {
+			return err
+		}
+		edit(&sb)
+		return suite.c.Update(context.Background(), &sb)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newSchedule(ns, name, cluster, schedule string) *felixv1.FelixScheduledBackup {
@@ -246,11 +265,7 @@ func TestScheduledBackup_ImmediateAndSuspend(t *testing.T) {
 	}
 	completeBackup(t, ns, first)
 
-	sb = getSchedule(t, ns, "now")
-	sb.Spec.Suspend = true
-	if err := suite.c.Update(context.Background(), sb); err != nil {
-		t.Fatal(err)
-	}
+	editSchedule(t, ns, "now", func(sb *felixv1.FelixScheduledBackup) { sb.Spec.Suspend = true })
 	sb = waitScheduleReady(t, ns, "now", metav1.ConditionFalse, controllers.ReasonSuspended)
 	if sb.Status.NextScheduleTime != nil {
 		t.Errorf("suspended with nextScheduleTime %s", sb.Status.NextScheduleTime)
@@ -262,11 +277,7 @@ func TestScheduledBackup_ImmediateAndSuspend(t *testing.T) {
 		t.Fatalf("suspended schedule took %v", got)
 	}
 
-	sb = getSchedule(t, ns, "now")
-	sb.Spec.Suspend = false
-	if err := suite.c.Update(context.Background(), sb); err != nil {
-		t.Fatal(err)
-	}
+	editSchedule(t, ns, "now", func(sb *felixv1.FelixScheduledBackup) { sb.Spec.Suspend = false })
 	waitScheduleReady(t, ns, "now", metav1.ConditionTrue, controllers.ReasonScheduled)
 	waitBackups(t, ns, "now", first, controllers.ScheduledBackupName("now", day.Add(3*24*time.Hour)))
 }
@@ -301,10 +312,6 @@ func TestScheduledBackup_InvalidScheduleAndMissingCluster(t *testing.T) {
 	create(t, fastCluster(ns, "src", 1))
 	waitScheduleReady(t, ns, "orphan", metav1.ConditionTrue, controllers.ReasonScheduled)
 
-	sb = getSchedule(t, ns, "bad")
-	sb.Spec.Schedule = "1 * * * *"
-	if err := suite.c.Update(context.Background(), sb); err != nil {
-		t.Fatal(err)
-	}
+	editSchedule(t, ns, "bad", func(sb *felixv1.FelixScheduledBackup) { sb.Spec.Schedule = "1 * * * *" })
 	waitScheduleReady(t, ns, "bad", metav1.ConditionTrue, controllers.ReasonScheduled)
 }
