@@ -74,6 +74,12 @@ type Config struct {
 	// [ID-3] covers a shard's every log only because they share one
 	// directory; the per-log twins show the invariants guard each log.
 	LogOutsideDir [numLogs]bool
+	// noPromotionCheck (tests only) skips the promoted-ineligible check,
+	// so that a loss must be caught by the invariants on the serving
+	// leader and the committed records (acked-lost, committed-disagree,
+	// committed-truncated): TestTwin_ID3_EveryLog shows those guard every
+	// log, not only the promotion check.
+	noPromotionCheck bool
 	// LegacyPeers makes about half the brokers older builds without
 	// storage ids (a mixed-version cluster).
 	LegacyPeers bool

@@ -61,14 +61,23 @@ func TestTwin_RP3_CursorResetOnNewID(t *testing.T) {
 // committed records agree and are never truncated, promotions are
 // eligible) guard the group, dead-letter and counter logs exactly as they
 // guard the data log. The workload is aimed at the log under test
-// (Config.ProposeTo).
+// (Config.ProposeTo). The promotion check usually sees the loss first; the
+// no-promotion-check subtests switch it off, so the loss must be caught on
+// the replicas' committed records (committed-disagree,
+// committed-truncated) or on the serving leader (acked-lost).
 func TestTwin_ID3_EveryLog(t *testing.T) {
 	for _, l := range record.LogKinds {
-		t.Run(l.String(), func(t *testing.T) {
-			c := Config{ProposeTo: []record.LogKind{l}}
-			c.LogOutsideDir[l] = true
-			twinMustFailOn(t, c, l.String())
-		})
+		for _, noPromo := range []bool{false, true} {
+			name := l.String()
+			if noPromo {
+				name += "/no-promotion-check"
+			}
+			t.Run(name, func(t *testing.T) {
+				c := Config{ProposeTo: []record.LogKind{l}, noPromotionCheck: noPromo}
+				c.LogOutsideDir[l] = true
+				twinMustFailOn(t, c, l.String())
+			})
+		}
 	}
 }
 
