@@ -130,7 +130,11 @@ func (gs *groupShard) ensure(s *Server, l Log) error {
 func (gs *groupShard) appendEntry(s *Server, l Log, payload []byte) (logstore.AppendResult, error) {
 	tail := gs.state.Next()
 	rec := record.Record{Kind: record.KindData, Epoch: s.opts.Epoch, Payload: payload, Timestamp: s.opts.Now().UnixNano()}
-	res, err := l.Append(s.storeCtx, []record.Record{rec}, &tail)
+	expect := &tail
+	if s.opts.twin.unconditionalGroupAppend {
+		expect = nil // twin: [TR-9] off
+	}
+	res, err := l.Append(s.storeCtx, []record.Record{rec}, expect)
 	if err != nil {
 		gs.built = false
 		var om *record.OffsetMismatchError

@@ -252,6 +252,23 @@ type Options struct {
 	// stays outstanding (and the leader logs it) until a DeadLetterTrim
 	// makes room.
 	MaxDeadLetters int
+
+	// twin switches rules off; only this package's tests set it (the
+	// twins that show a rule load-bearing by failing without it).
+	twin serverTwin
+}
+
+// serverTwin switches a rule off for a twin test. The zero value keeps
+// every rule.
+type serverTwin struct {
+	// unconditionalGroupAppend ([TR-9] off): a group-log entry is
+	// appended wherever the log's tail is, not on the tail the leader's
+	// fold reached, so a writer whose fold is stale is not refused.
+	unconditionalGroupAppend bool
+	// unconditionalCounterAppend (the counter log's tail check off): a
+	// counter add is appended wherever the log's tail is, its value
+	// computed from a fold that may be stale.
+	unconditionalCounterAppend bool
 }
 
 func (o Options) withDefaults() Options {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"felix.dev/felix/broker/placement"
+	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
 )
 
@@ -65,9 +66,29 @@ type Config struct {
 	// restores keep storage-id, so a volume restored from an old snapshot
 	// keeps its id.
 	NoRestoreRotation bool
+	// LogOutsideDir (twin, simulator glue; [ID-3] for one log): the logs
+	// it marks live outside the data directory the storage id guards (a
+	// volume of their own), and a wipe replaces only that volume: those
+	// logs are lost while the storage id, run state and registration
+	// files survive, so [ID-3] sees no loss and the id does not rotate.
+	// [ID-3] covers a shard's every log only because they share one
+	// directory; the per-log twins show the invariants guard each log.
+	LogOutsideDir [numLogs]bool
+	// noPromotionCheck (tests only) skips the promoted-ineligible check,
+	// so that a loss must be caught by the invariants on the serving
+	// leader and the committed records (acked-lost, committed-disagree,
+	// committed-truncated): TestTwin_ID3_EveryLog shows those guard every
+	// log, not only the promotion check.
+	noPromotionCheck bool
 	// LegacyPeers makes about half the brokers older builds without
 	// storage ids (a mixed-version cluster).
 	LegacyPeers bool
+	// ProposeTo, when non-empty, sends every proposal to one of these
+	// logs (the schedule's draws are unchanged, only the log is mapped);
+	// empty: seven proposals in ten go to the data log, the others to the
+	// group, dead-letter and counter logs evenly. The per-log twins use it
+	// to aim the workload at the log under test.
+	ProposeTo []record.LogKind
 	// PreferredLeader gives placement a preferred replica (chosen by the
 	// seed), as the operator does by default: while the leader is
 	// healthy, leadership moves to it in a planned promotion once it has
@@ -130,6 +151,10 @@ type Failure struct {
 	Seed      uint64
 	Shape     Shape
 	Invariant Invariant
+	// Log names the log the violation was seen on (record.LogKind's
+	// String: "data", "group", "dead-letter", "counter"); empty for an
+	// invariant not about one log (two leaders, the fault budget).
+	Log string
 	// Step is the index (in the full schedule) of the event after which
 	// the violation was seen; -1 for the healing phase.
 	Step   int
@@ -154,6 +179,9 @@ type Stats struct {
 	// acknowledgements by replication.AckMode.
 	Proposals int
 	Acked     [3]int
+	// AckedRecords counts the records acknowledged under Quorum or All,
+	// by log (record.LogKinds order): the records the invariants follow.
+	AckedRecords [numLogs]int
 	// Faults counts injected faults by kind (only those the budget let
 	// through).
 	Faults map[string]int
@@ -206,6 +234,9 @@ func (s *Stats) Add(o Stats) {
 	for i := range s.Acked {
 		s.Acked[i] += o.Acked[i]
 	}
+	for i := range s.AckedRecords {
+		s.AckedRecords[i] += o.AckedRecords[i]
+	}
 	for k, v := range o.Faults {
 		s.Faults[k] += v
 	}
@@ -232,6 +263,14 @@ func (s Stats) String() string {
 	fmt.Fprintf(&b, "runs=%d events=%d ticks=%d serving-ticks=%d proposals=%d acked(leader/quorum/all)=%d/%d/%d promotions=%d switchovers=%d rotations=%d delivered=%d lost=%d trims=%d compactions=%d resets=%d overlapped=%d ended-serving=%d",
 		s.Runs, s.Events, s.Ticks, s.ServingTicks, s.Proposals, s.Acked[0], s.Acked[1], s.Acked[2], s.Promotions, s.Switchovers, s.Rotations, s.Delivered, s.Lost,
 		s.Trims, s.Compactions, s.Resets, s.Overlapped, s.EndedServed)
+	b.WriteString(" acked-records{")
+	for i, l := range record.LogKinds {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", l, s.AckedRecords[i])
+	}
+	b.WriteString("}")
 	b.WriteString(" faults{" + renderCounts(s.Faults) + "}")
 	b.WriteString(" waits{" + renderCounts(s.Waits) + "}")
 	return b.String()
@@ -260,6 +299,9 @@ const (
 	OffID3   = "id3"   // Config.NoRestoreRotation
 	// OffCP1Fresh is placement.Twin.FreshnessFromRenewal.
 	OffCP1Fresh = "cp1fresh"
+	// OffID3Log prefixes a log's name (OffID3Log+"group", "id3-data",
+	// "id3-dead-letter", "id3-counter"): Config.LogOutsideDir for that log.
+	OffID3Log = "id3-"
 )
 
 // ParseOff sets the rule switches named in a comma-separated list (see the
@@ -285,6 +327,10 @@ func (c *Config) ParseOff(list string) error {
 		case OffCP1Fresh:
 			c.Placement.FreshnessFromRenewal = true
 		default:
+			if l, ok := id3Log(name); ok {
+				c.LogOutsideDir[l] = true
+				continue
+			}
 			return fmt.Errorf("sim: unknown rule switch %q", name)
 		}
 	}
@@ -314,6 +360,54 @@ func (c Config) Off() string {
 	}
 	if c.Placement.FreshnessFromRenewal {
 		out = append(out, OffCP1Fresh)
+	}
+	for _, l := range record.LogKinds {
+		if c.LogOutsideDir[l] {
+			out = append(out, OffID3Log+l.String())
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// id3Log parses OffID3Log+name into the log it names.
+func id3Log(name string) (record.LogKind, bool) {
+	if !strings.HasPrefix(name, OffID3Log) {
+		return 0, false
+	}
+	for _, l := range record.LogKinds {
+		if name == OffID3Log+l.String() {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
+// ParseLogs parses a comma-separated list of log names (record.LogKind's
+// String: data, group, dead-letter, counter), as Config.ProposeTo.
+func ParseLogs(list string) ([]record.LogKind, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []record.LogKind
+	for _, name := range strings.Split(list, ",") {
+		found := false
+		for _, l := range record.LogKinds {
+			if l.String() == name {
+				out, found = append(out, l), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("sim: unknown log %q", name)
+		}
+	}
+	return out, nil
+}
+
+// FormatLogs renders logs for ParseLogs.
+func FormatLogs(logs []record.LogKind) string {
+	out := make([]string, len(logs))
+	for i, l := range logs {
+		out[i] = l.String()
 	}
 	return strings.Join(out, ",")
 }

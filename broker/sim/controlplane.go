@@ -163,7 +163,9 @@ func (s *simulation) decide() {
 		return
 	}
 	cp.waiting = ""
-	s.checkPromotion(d)
+	if !s.cfg.noPromotionCheck {
+		s.checkPromotion(d)
+	}
 	s.stats.Promotions++
 	if d.Reason == placement.ReasonPreferredLeader || d.Reason == placement.ReasonLeaderDrain {
 		s.stats.Switchovers++

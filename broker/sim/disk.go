@@ -140,6 +140,13 @@ func (d *disk) powerLoss() bool {
 	return lost
 }
 
+// drop destroys log l (written and synced) as a lost volume would: the
+// log is empty from offset 0.
+func (d *disk) drop(l int) {
+	d.written[l], d.synced[l] = nil, nil
+	d.wbase[l], d.sbase[l] = 0, 0
+}
+
 // snapshot copies the synced state (a crash-consistent volume snapshot).
 func (d *disk) snapshot() *disk {
 	c := &disk{wbase: d.sbase, sbase: d.sbase}

@@ -34,8 +34,12 @@
 // caught up under its current id and its log holds every acknowledged
 // record again.
 //
+// The workload writes all four logs of the shard (data, group,
+// dead-letter, counter; Config.ProposeTo aims it at some), and every
+// invariant about records holds on each log; a Failure names its log.
+//
 // Rules can be switched off for twins (Config.Rules, Config.Placement,
-// Config.NoRestoreRotation; see Config.ParseOff), and Config.LegacyPeers
+// Config.NoRestoreRotation, Config.LogOutsideDir; see Config.ParseOff), and Config.LegacyPeers
 // runs some brokers as older builds without storage ids. docs/testing.md
 // describes the fault model, the invariants, the twins and how to replay a
 // seed.

@@ -242,6 +242,9 @@ func (s *simulation) propose(e Event, rng *rand.Rand) {
 	if rng.IntN(10) < 3 {
 		log = record.LogKinds[1+rng.IntN(numLogs-1)]
 	}
+	if to := s.cfg.ProposeTo; len(to) > 0 {
+		log = to[int(log)%len(to)]
+	}
 	s.nextProp++
 	id := s.nextProp
 	p := proposal{log: log, mode: mode}
@@ -611,8 +614,19 @@ func (s *simulation) wipe(v *node) bool {
 	if v.up {
 		s.stop(v)
 	}
-	v.vol = volume{disk: &disk{}}
-	v.snap = nil
+	if s.cfg.LogOutsideDir != [numLogs]bool{} {
+		// Twin: only the logs outside the data directory are lost; the
+		// directory, its identity files and the other logs survive.
+		for l, out := range s.cfg.LogOutsideDir {
+			if out {
+				v.vol.disk.drop(l)
+				s.tracef("  %s loses its %s log only (kept outside the data directory)", v.id, record.LogKind(l))
+			}
+		}
+	} else {
+		v.vol = volume{disk: &disk{}}
+		v.snap = nil
+	}
 	s.start(v)
 	s.processAll()
 	return true
@@ -672,11 +686,11 @@ func (s *simulation) trim() {
 func (s *simulation) checkReset(n *node, w replication.LogWrite) {
 	l := int(w.Log)
 	if w.Offset > s.floor[l] {
-		s.failf(InvCommittedTruncated, "%s resets %s at %d above the trim floor %d", n.id, w.Log, w.Offset, s.floor[l])
+		s.failLog(InvCommittedTruncated, w.Log, "%s resets %s at %d above the trim floor %d", n.id, w.Log, w.Offset, s.floor[l])
 		return
 	}
 	if t := n.vol.disk.tail(l); t > w.Offset && n.lastCommitted[l] > w.Offset {
-		s.failf(InvCommittedTruncated, "%s resets %s at %d dropping its committed records up to %d (tail %d)",
+		s.failLog(InvCommittedTruncated, w.Log, "%s resets %s at %d dropping its committed records up to %d (tail %d)",
 			n.id, w.Log, w.Offset, n.lastCommitted[l], t)
 	}
 }

@@ -38,7 +38,7 @@ func (s *simulation) check() {
 		for l := range st.Committed {
 			// The committed position never moves back.
 			if st.Committed[l] < n.lastCommitted[l] {
-				s.failf(InvCommitBack, "%s: %s committed %d after %d", n.id, record.LogKind(l), st.Committed[l], n.lastCommitted[l])
+				s.failLog(InvCommitBack, record.LogKind(l), "%s: %s committed %d after %d", n.id, record.LogKind(l), st.Committed[l], n.lastCommitted[l])
 				return
 			}
 			n.lastCommitted[l] = st.Committed[l]
@@ -49,13 +49,13 @@ func (s *simulation) check() {
 			for o := max(n.checked[l], d.base(l)); o < st.Committed[l]; o++ {
 				rec, ok := d.at(l, o)
 				if !ok {
-					s.failf(InvCommittedDisagree, "%s: committed %s offset %d is not in its log [%d,%d)", n.id, record.LogKind(l), o, d.base(l), d.tail(l))
+					s.failLog(InvCommittedDisagree, record.LogKind(l), "%s: committed %s offset %d is not in its log [%d,%d)", n.id, record.LogKind(l), o, d.base(l), d.tail(l))
 					return
 				}
 				g := s.committed[l]
 				if prev, ok := g[o]; ok {
 					if !sameRecord(prev, rec) {
-						s.failf(InvCommittedDisagree, "%s: committed %s offset %d holds %q@e%d, committed before as %q@e%d",
+						s.failLog(InvCommittedDisagree, record.LogKind(l), "%s: committed %s offset %d holds %q@e%d, committed before as %q@e%d",
 							n.id, record.LogKind(l), o, rec.Payload, rec.Epoch, prev.Payload, prev.Epoch)
 						return
 					}
@@ -75,7 +75,7 @@ func (s *simulation) check() {
 					continue // trimmed: legitimately gone
 				}
 				if !l.vol.disk.holds(record.LogKind(lk), rec) {
-					s.failf(InvAckedLost, "serving leader %s of e%d lacks acknowledged %s record %q at %d (acked at e%d); its log is [%d,%d), floor %d",
+					s.failLog(InvAckedLost, record.LogKind(lk), "serving leader %s of e%d lacks acknowledged %s record %q at %d (acked at e%d); its log is [%d,%d), floor %d",
 						l.id, s.cp.epoch(), record.LogKind(lk), rec.Payload, rec.Offset, rec.Epoch, l.vol.disk.base(lk), l.vol.disk.tail(lk), s.floor[lk])
 					return
 				}
@@ -116,7 +116,7 @@ func (s *simulation) checkPromotion(d placement.Decision) {
 				continue // trimmed: legitimately gone
 			}
 			if !n.vol.disk.holds(record.LogKind(lk), rec) {
-				s.failf(InvPromotedIneligible, "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d (report position %d)",
+				s.failLog(InvPromotedIneligible, record.LogKind(lk), "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d (report position %d)",
 					n.id, d.Reason, d.Epoch, record.LogKind(lk), rec.Payload, rec.Offset, pos)
 				return
 			}

@@ -150,6 +150,15 @@ func (s *simulation) failf(inv Invariant, format string, args ...any) {
 	s.tracef("  VIOLATION %s: %s", inv, s.fail.Detail)
 }
 
+// failLog is failf for a violation seen on log l.
+func (s *simulation) failLog(inv Invariant, l record.LogKind, format string, args ...any) {
+	if s.fail != nil {
+		return
+	}
+	s.failf(inv, format, args...)
+	s.fail.Log = l.String()
+}
+
 func (s *simulation) nodeByName(name string) *node {
 	for _, n := range s.nodes {
 		if string(n.id) == name {
@@ -424,7 +433,7 @@ func (s *simulation) persistOldest(n *node) {
 func (s *simulation) persistWrites(n *node, ws []replication.LogWrite) {
 	for _, w := range ws {
 		if w.Op == replication.WriteTruncate && w.Offset < n.lastCommitted[w.Log] {
-			s.failf(InvCommittedTruncated, "%s truncates %s at %d below its committed %d", n.id, w.Log, w.Offset, n.lastCommitted[w.Log])
+			s.failLog(InvCommittedTruncated, w.Log, "%s truncates %s at %d below its committed %d", n.id, w.Log, w.Offset, n.lastCommitted[w.Log])
 		}
 		if w.Op == replication.WriteTruncate && w.Offset < n.checked[w.Log] {
 			n.checked[w.Log] = w.Offset
@@ -449,7 +458,7 @@ func (s *simulation) persistWrites(n *node, ws []replication.LogWrite) {
 func (s *simulation) deliver(n *node, rd replication.Ready) {
 	for _, c := range rd.Commits {
 		if c.Committed < n.lastCommitted[c.Log] {
-			s.failf(InvCommitBack, "%s: %s committed %d after %d", n.id, c.Log, c.Committed, n.lastCommitted[c.Log])
+			s.failLog(InvCommitBack, c.Log, "%s: %s committed %d after %d", n.id, c.Log, c.Committed, n.lastCommitted[c.Log])
 		}
 		n.lastCommitted[c.Log] = max(n.lastCommitted[c.Log], c.Committed)
 	}
@@ -478,7 +487,7 @@ func (s *simulation) onAck(n *node, a replication.Ack) {
 	// that long): they are legitimately gone and are not checked.
 	d, l := n.vol.disk, int(a.Log)
 	if a.End > d.tail(l) || a.End-a.First != uint64(len(p.payloads)) {
-		s.failf(InvAckMismatch, "%s acks p%d [%d,%d) but its %s log holds [%d,%d)", n.id, a.ID, a.First, a.End, a.Log,
+		s.failLog(InvAckMismatch, a.Log, "%s acks p%d [%d,%d) but its %s log holds [%d,%d)", n.id, a.ID, a.First, a.End, a.Log,
 			d.base(l), d.tail(l))
 		return
 	}
@@ -490,14 +499,14 @@ func (s *simulation) onAck(n *node, a replication.Ack) {
 		r, ok := d.at(l, a.First+uint64(i))
 		if !ok {
 			if a.First+uint64(i) >= s.floor[l] {
-				s.failf(InvAckMismatch, "%s acks p%d but offset %d at or above the floor %d is not in its log [%d,%d)",
+				s.failLog(InvAckMismatch, a.Log, "%s acks p%d but offset %d at or above the floor %d is not in its log [%d,%d)",
 					n.id, a.ID, a.First+uint64(i), s.floor[l], d.base(l), d.tail(l))
 				return
 			}
 			continue
 		}
 		if string(r.Payload) != pl || r.Epoch != epoch {
-			s.failf(InvAckMismatch, "%s acks p%d but offset %d holds %q@e%d", n.id, a.ID, r.Offset, r.Payload, r.Epoch)
+			s.failLog(InvAckMismatch, a.Log, "%s acks p%d but offset %d holds %q@e%d", n.id, a.ID, r.Offset, r.Payload, r.Epoch)
 			return
 		}
 	}
@@ -515,6 +524,7 @@ func (s *simulation) onAck(n *node, a replication.Ack) {
 			}
 			s.acked[a.Log] = append(s.acked[a.Log], r)
 			s.ackers[a.Log] = append(s.ackers[a.Log], acker{node: n.id, sid: n.sid})
+			s.stats.AckedRecords[a.Log]++
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"felix.dev/felix/broker/placement"
+	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
 )
 
@@ -15,15 +16,22 @@ import (
 // longer be shown load-bearing.
 func twinMustFail(t *testing.T, base Config) {
 	t.Helper()
+	twinMustFailOn(t, base, "")
+}
+
+// twinMustFailOn is twinMustFail where the loss must be seen on the log
+// named log (a record.LogKind's String; "" for any log).
+func twinMustFailOn(t *testing.T, base Config, log string) {
+	t.Helper()
 	base.Steps = *flagSteps
 	// A loss counts for the twin only where the same seed passes with
 	// every rule on: the switched-off rule made the difference.
 	discriminates := func(f *Failure) bool {
-		if !IsLoss(f.Invariant) {
+		if !IsLoss(f.Invariant) || log != "" && f.Log != log {
 			return false
 		}
 		on := base
-		on.Seed, on.Rules, on.Placement, on.NoRestoreRotation = f.Seed, replication.Rules{}, placement.Twin{}, false
+		on.Seed, on.Rules, on.Placement, on.NoRestoreRotation, on.LogOutsideDir = f.Seed, replication.Rules{}, placement.Twin{}, false, [numLogs]bool{}
 		return Run(on).Failure == nil
 	}
 	outs := sweep(base, *flagFirst, *flagSeeds, discriminates)
@@ -34,14 +42,43 @@ func twinMustFail(t *testing.T, base Config) {
 			return
 		}
 	}
-	t.Fatalf("twin (%s off) found no loss in %d seeds from %d that the rule prevents: the rule is no longer shown load-bearing",
-		base.Off(), *flagSeeds, *flagFirst)
+	t.Fatalf("twin (%s off) found no loss on log %q in %d seeds from %d that the rule prevents: the rule is no longer shown load-bearing",
+		base.Off(), log, *flagSeeds, *flagFirst)
 }
 
 // TestTwin_RP3_CursorResetOnNewID: without [RP-3] a follower presenting a
 // new storage id keeps the cursor learned under its lost copy.
 func TestTwin_RP3_CursorResetOnNewID(t *testing.T) {
 	twinMustFail(t, Config{Rules: replication.Rules{DisableIDReset: true}, Placement: placement.Twin{}})
+}
+
+// TestTwin_ID3_EveryLog: [ID-3] rotates the storage id whenever the
+// directory may hold less than its peers were told, which guards every log
+// of the shard only because they all live in that directory. The twin
+// keeps one log outside it (Config.LogOutsideDir): a wipe loses that log
+// alone and the id survives. For each log the simulator must find a loss
+// on that very log: the invariants (acknowledged records survive,
+// committed records agree and are never truncated, promotions are
+// eligible) guard the group, dead-letter and counter logs exactly as they
+// guard the data log. The workload is aimed at the log under test
+// (Config.ProposeTo). The promotion check usually sees the loss first; the
+// no-promotion-check subtests switch it off, so the loss must be caught on
+// the replicas' committed records (committed-disagree,
+// committed-truncated) or on the serving leader (acked-lost).
+func TestTwin_ID3_EveryLog(t *testing.T) {
+	for _, l := range record.LogKinds {
+		for _, noPromo := range []bool{false, true} {
+			name := l.String()
+			if noPromo {
+				name += "/no-promotion-check"
+			}
+			t.Run(name, func(t *testing.T) {
+				c := Config{ProposeTo: []record.LogKind{l}, noPromotionCheck: noPromo}
+				c.LogOutsideDir[l] = true
+				twinMustFailOn(t, c, l.String())
+			})
+		}
+	}
 }
 
 // TestTwin_RP4_IdlePassesAskFollower: without [RP-4] an idle exchange ends
@@ -111,7 +148,7 @@ func TestTwinCounts(t *testing.T) {
 				}
 				by[string(f.Invariant)]++
 				on := base
-				on.Seed, on.Rules, on.Placement, on.NoRestoreRotation = o.seed, replication.Rules{}, placement.Twin{}, false
+				on.Seed, on.Rules, on.Placement, on.NoRestoreRotation, on.LogOutsideDir = o.seed, replication.Rules{}, placement.Twin{}, false, [numLogs]bool{}
 				if off != "" && IsLoss(f.Invariant) && Run(on).Failure == nil {
 					disc++
 					if first == 0 {

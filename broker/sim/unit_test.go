@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"felix.dev/felix/broker/record"
 )
 
 // TestRun_Deterministic: the same Config gives the same trace and figures.
@@ -65,11 +67,45 @@ func TestShrink_KeepsFailure(t *testing.T) {
 // TestParseOff_RoundTrip: every switch name round-trips.
 func TestParseOff_RoundTrip(t *testing.T) {
 	var c Config
-	all := strings.Join([]string{OffRP3, OffRP4, OffRP5, OffFence, OffCP1, OffID3, OffCP1Fresh}, ",")
+	all := strings.Join([]string{OffRP3, OffRP4, OffRP5, OffFence, OffCP1, OffID3, OffCP1Fresh,
+		OffID3Log + "data", OffID3Log + "group", OffID3Log + "dead-letter", OffID3Log + "counter"}, ",")
 	if err := c.ParseOff(all); err != nil || c.Off() != all {
 		t.Fatalf("ParseOff(%q): %v, Off()=%q", all, err, c.Off())
 	}
-	if err := c.ParseOff("rp9"); err == nil {
-		t.Fatal("unknown switch accepted")
+	for _, bad := range []string{"rp9", "id3-", "id3-nolog"} {
+		if err := c.ParseOff(bad); err == nil {
+			t.Fatalf("unknown switch %q accepted", bad)
+		}
+	}
+}
+
+// TestParseLogs_RoundTrip: log lists round-trip; unknown names are refused.
+func TestParseLogs_RoundTrip(t *testing.T) {
+	for _, list := range []string{"", "data", "group", "dead-letter,counter", "data,group,dead-letter,counter"} {
+		logs, err := ParseLogs(list)
+		if err != nil || FormatLogs(logs) != list {
+			t.Fatalf("ParseLogs(%q) = %v, %v; formats as %q", list, logs, err, FormatLogs(logs))
+		}
+	}
+	if _, err := ParseLogs("offsets"); err == nil {
+		t.Fatal("unknown log accepted")
+	}
+}
+
+// TestProposeTo_AimsTheWorkload: with Config.ProposeTo only the named
+// log receives acknowledged records, and the default workload writes
+// every log.
+func TestProposeTo_AimsTheWorkload(t *testing.T) {
+	mixed := Run(Config{Seed: 7, Steps: 300})
+	for i, l := range record.LogKinds {
+		if mixed.Stats.AckedRecords[i] == 0 {
+			t.Fatalf("default workload: no %s record acknowledged", l)
+		}
+		r := Run(Config{Seed: 7, Steps: 300, ProposeTo: []record.LogKind{l}})
+		for j, o := range record.LogKinds {
+			if got := r.Stats.AckedRecords[j]; (o == l) != (got > 0) {
+				t.Fatalf("ProposeTo %s: %d %s records acknowledged", l, got, o)
+			}
+		}
 	}
 }
