@@ -338,7 +338,8 @@ func (c *cluster) waitAllServing(t *testing.T, stream string) {
 // (GroupFenced), that d's takeover comes within the lease bound, and, per
 // record, that the poison record is in the dead-letter log after
 // MaxDeliveries with its group, offset, epoch, timestamp, headers and
-// payload intact and the delivery count and reason set.
+// payload intact and the delivery count and reason set, and that a
+// redrive of it, sent twice, appends it to the data log once.
 func TestConsumerGroups_MemberKilledMemberJoinedBrokerKilled(t *testing.T) {
 	c := newCluster(t, 3, felixv1.FsyncPeriodic)
 	for i := 0; i < 3; i++ {
@@ -506,4 +507,25 @@ func (c *cluster) runGroupScenario(t *testing.T, stream string, ack bool) {
 		}
 	}
 	t.Logf("poison record %s@%d dead-lettered after %d deliveries, fields intact", ps, off, e.Deliveries)
+
+	// A redrive appends it to the data log once: the second answers with
+	// the first one's offset.
+	first, err := admin.DeadLetterRedrive(ctx, ps, e.Entry)
+	if err != nil || first.Already {
+		t.Fatalf("redrive of entry %d: %+v %v", e.Entry, first, err)
+	}
+	dup, err := admin.DeadLetterRedrive(ctx, ps, e.Entry)
+	if err != nil || !dup.Already || dup.DataOffset != first.DataOffset {
+		t.Fatalf("second redrive of entry %d: %+v %v, want already at %d", e.Entry, dup, err, first.DataOffset)
+	}
+	back, err := admin.Read(ctx, wire.ReadRequest{Shard: ps, From: wire.FromOffset, Offset: first.DataOffset, MaxRecords: 10})
+	if err != nil || len(back.Records) != 1 {
+		t.Fatalf("read from the redrive's offset %d: %+v %v, want the redriven record alone", first.DataOffset, back.Records, err)
+	}
+	rr := back.Records[0]
+	if rr.Offset != first.DataOffset || string(rr.Payload) != poisonPayload || len(rr.Headers) != 2 ||
+		rr.Headers[0].Key != "kind" || rr.Headers[1].Key != deadletter.RedriveHeader || string(rr.Headers[1].Value) != fmt.Sprint(e.Entry) {
+		t.Errorf("redriven record %+v, want the poison record with %s: %d", rr, deadletter.RedriveHeader, e.Entry)
+	}
+	t.Logf("entry %d redriven once, to %s@%d", e.Entry, ps, first.DataOffset)
 }
