@@ -10,6 +10,13 @@
 // publish-to-acknowledgement latency, and the CPU time per record of the
 // three servers and of the publishing process.
 //
+// With --consume-records N it measures consumers instead (consume.go): it
+// preloads N messages over four subjects and has --consumers fetchers
+// share one durable pull consumer, once with explicit acks and once with
+// ack-all, printing one JSON object per policy with the records processed
+// and acknowledged per second (the peer of Felix's BenchmarkConsumers in
+// test/e2e).
+//
 // It is a separate module so that the product's go.mod does not depend on
 // NATS.
 package main
@@ -46,6 +53,10 @@ type config struct {
 	syncAlways bool
 	replicas   int
 	tls        bool
+	// consumeRecords, when not zero, measures durable pull consumers
+	// instead of publishing (consume.go).
+	consumeRecords int
+	consumers      int
 }
 
 type result struct {
@@ -83,7 +94,16 @@ func main() {
 	flag.BoolVar(&c.syncAlways, "sync-always", false, "JetStream sync_interval: always (fsync before every acknowledgement); default is the server's default durability")
 	flag.IntVar(&c.replicas, "replicas", 3, "servers and stream replicas")
 	flag.BoolVar(&c.tls, "tls", false, "mutual TLS on client connections and cluster routes (certificates made here, ECDSA P-256, as Felix's)")
+	flag.IntVar(&c.consumeRecords, "consume-records", 0, "instead of publishing: preload this many messages over 4 subjects, then consume them with a durable pull consumer, with explicit acks and with ack-all, and print one JSON object per policy")
+	flag.IntVar(&c.consumers, "consumers", 4, "with --consume-records: fetchers sharing the consumer, one connection each")
 	flag.Parse()
+	if c.consumeRecords > 0 {
+		if err := runConsume(c); err != nil {
+			fmt.Fprintf(os.Stderr, "natsbench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	res, err := run(c)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "natsbench: %v\n", err)
