@@ -67,3 +67,6 @@ func ClusterTLSCondition(ctx context.Context, cl client.Client, c *felixv1.Felix
 
 // BrokerImage is brokerImage, for its table test.
 var BrokerImage = brokerImage
+
+// IndexRanges is how the operator names shard indexes in events.
+var IndexRanges = indexRanges

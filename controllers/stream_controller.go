@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +40,11 @@ type FelixStreamReconciler struct {
 const streamRetry = time.Minute
 
 // Reconcile creates missing shards; existing shards keep their replica
-// sets (moving a replica moves data, which placement does not do).
+// sets (moving a replica moves data, which placement does not do). A
+// raised spec.shards is met the same way: shards <old>..<new-1> are
+// created under the rules of a new stream's shards (placement, restore
+// and deleted-stream epoch floors) and the existing ones are left as they
+// are.
 func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var s felixv1.FelixStream
 	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
@@ -62,7 +67,7 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	var blocked, waiting *metav1.Condition
 	var requeue time.Duration
-	created := 0
+	var placed shardsPlaced
 
 	var cluster felixv1.FelixCluster
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.Cluster}, &cluster)
@@ -101,8 +106,8 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 			return e
 		}
-		n, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, first, replicas)
-		created = n
+		p, err := r.ensureShards(ctx, &s, func() ([]brokerSlot, error) { return r.brokerSlots(ctx, &cluster) }, first, replicas)
+		placed = p
 		var short *errNotEnoughBrokers
 		switch {
 		case errors.As(err, &short):
@@ -118,7 +123,7 @@ func (r *FelixStreamReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Client.List(ctx, &shards, client.InNamespace(s.Namespace), client.MatchingLabels{LabelStream: s.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.patchStatus(ctx, &s, shards.Items, created, blocked, waiting); err != nil {
+	if err := r.patchStatus(ctx, &s, shards.Items, placed, blocked, waiting); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
@@ -162,39 +167,54 @@ func (r *FelixStreamReconciler) brokerSlots(ctx context.Context, c *felixv1.Feli
 	return out, nil
 }
 
-// ensureShards creates the stream's missing shards and returns how many it
+// shardsPlaced is what one ensureShards pass did.
+type shardsPlaced struct {
+	// Created are the indexes of the shards created, ascending.
+	Created []int32
+	// Added is true when the stream had shards already: the created ones
+	// were added by a raise of spec.shards (or complete a pass that failed
+	// half way).
+	Added bool
+}
+
+// ensureShards creates the stream's missing shards and reports which it
 // created. firstEpoch gives each shard's FirstEpoch (0: none): on a
 // restored cluster one above the epoch its backup recorded for it and the
 // floor, for a stream recreated under a deleted one's name one above the
-// deleted stream's highest epoch.
-func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), firstEpoch func(int32) int64, replicas int) (int, error) {
+// deleted stream's highest epoch. An existing shard is never changed, so
+// a raised spec.shards only adds the shards above the old count, placed
+// as a new stream's would be; an event says which (ShardsCreated for a
+// new stream, ShardsAdded when shards existed already).
+func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.FelixStream, listSlots func() ([]brokerSlot, error), firstEpoch func(int32) int64, replicas int) (shardsPlaced, error) {
 	var slots []brokerSlot
 	listed := false
 	shards := s.Spec.Shards
 	if shards == 0 {
 		shards = 1
 	}
-	created := 0
+	var out shardsPlaced
+	defer func() { r.placementEvent(ctx, s, out, shards, replicas) }()
 	for i := int32(0); i < shards; i++ {
 		name := ShardName(s.Name, i)
 		var existing felixv1.FelixShard
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &existing)
 		if err == nil {
+			out.Added = true
 			continue
 		}
 		if !apierrors.IsNotFound(err) {
-			return created, err
+			return out, err
 		}
 		if !listed {
 			var err error
 			if slots, err = listSlots(); err != nil {
-				return created, err
+				return out, err
 			}
 			listed = true
 		}
 		set, err := spreadReplicas(slots, streamOffset(s.Name, len(slots))+i, replicas)
 		if err != nil {
-			return created, err
+			return out, err
 		}
 		sh := &felixv1.FelixShard{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{
@@ -207,17 +227,60 @@ func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.Fel
 			sh.Spec.FirstEpoch = firstEpoch(i)
 		}
 		if err := controllerutil.SetControllerReference(s, sh, r.Client.Scheme()); err != nil {
-			return created, err
+			return out, err
 		}
-		if err := r.Client.Create(ctx, sh); err != nil && !apierrors.IsAlreadyExists(err) {
-			return created, fmt.Errorf("create FelixShard %s: %w", name, err)
+		switch err := r.Client.Create(ctx, sh); {
+		case apierrors.IsAlreadyExists(err):
+			// The cache had not seen a shard made by an earlier pass.
+			out.Added = true
+			continue
+		case err != nil:
+			return out, fmt.Errorf("create FelixShard %s: %w", name, err)
 		}
-		created++
+		out.Created = append(out.Created, i)
 	}
-	if created > 0 && r.Events != nil {
-		r.Events.Eventf(s, nil, corev1.EventTypeNormal, "ShardsCreated", "Place", "created %d shards with %d replicas each", created, replicas)
+	return out, nil
+}
+
+// placementEvent logs and records the shards one pass created: ShardsAdded
+// naming them when the stream had shards already, ShardsCreated otherwise.
+func (r *FelixStreamReconciler) placementEvent(ctx context.Context, s *felixv1.FelixStream, p shardsPlaced, shards int32, replicas int) {
+	if len(p.Created) == 0 {
+		return
 	}
-	return created, nil
+	log := ctrl.LoggerFrom(ctx)
+	if p.Added {
+		log.Info("added shards", "stream", s.Name, "shards", indexRanges(p.Created), "total", shards, "replicas", replicas)
+		if r.Events != nil {
+			r.Events.Eventf(s, nil, corev1.EventTypeNormal, "ShardsAdded", "Place", "added shards %s (%d shards now) with %d replicas each; existing shards are unchanged", indexRanges(p.Created), shards, replicas)
+		}
+		return
+	}
+	log.Info("created shards", "stream", s.Name, "count", len(p.Created), "replicas", replicas)
+	if r.Events != nil {
+		r.Events.Eventf(s, nil, corev1.EventTypeNormal, "ShardsCreated", "Place", "created %d shards with %d replicas each", len(p.Created), replicas)
+	}
+}
+
+// indexRanges writes ascending indexes as ranges: "4-7", "2, 5-6".
+func indexRanges(idx []int32) string {
+	var b strings.Builder
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if j == i {
+			fmt.Fprintf(&b, "%d", idx[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", idx[i], idx[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // patchStatus computes readyShards and the conditions once and patches
@@ -225,7 +288,7 @@ func (r *FelixStreamReconciler) ensureShards(ctx context.Context, s *felixv1.Fel
 //
 // blocked is a Degraded condition that keeps shards from being placed;
 // held a Progressing one that holds them back for now.
-func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.FelixStream, shards []felixv1.FelixShard, created int, blocked, held *metav1.Condition) error {
+func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.FelixStream, shards []felixv1.FelixShard, placed shardsPlaced, blocked, held *metav1.Condition) error {
 	want := s.Spec.Shards
 	if want == 0 {
 		want = 1
@@ -250,8 +313,12 @@ func (r *FelixStreamReconciler) patchStatus(ctx context.Context, s *felixv1.Feli
 		conds = append(conds, cond(felixv1.ConditionProgressing, false, blocked.Reason, blocked.Message), *blocked)
 	case held != nil:
 		conds = append(conds, *held, cond(felixv1.ConditionDegraded, false, "AsExpected", "nothing blocks the stream"))
-	case created > 0 || int32(len(shards)) < want || assigned < want:
-		conds = append(conds, cond(felixv1.ConditionProgressing, true, "PlacingShards", fmt.Sprintf("%d/%d shards exist, %d assigned", len(shards), want, assigned)),
+	case len(placed.Created) > 0 || int32(len(shards)) < want || assigned < want:
+		msg := fmt.Sprintf("%d/%d shards exist, %d assigned", len(shards), want, assigned)
+		if placed.Added && len(placed.Created) > 0 {
+			msg = fmt.Sprintf("added shards %s; ", indexRanges(placed.Created)) + msg
+		}
+		conds = append(conds, cond(felixv1.ConditionProgressing, true, "PlacingShards", msg),
 			cond(felixv1.ConditionDegraded, false, "AsExpected", "nothing blocks the stream"))
 	case waiting > 0:
 		conds = append(conds, cond(felixv1.ConditionProgressing, false, "Placed", "every shard exists"),

@@ -106,7 +106,7 @@ func (r *FelixStreamReconciler) finalizeStream(ctx context.Context, s *felixv1.F
 		}
 		prev := meta.FindStatusCondition(s.Status.Conditions, felixv1.ConditionProgressing)
 		held := cond(felixv1.ConditionProgressing, true, RemovingLogsReason, msg)
-		if err := r.patchStatus(ctx, s, shards.Items, 0, nil, &held); err != nil {
+		if err := r.patchStatus(ctx, s, shards.Items, shardsPlaced{}, nil, &held); err != nil {
 			if apierrors.IsConflict(err) {
 				return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 			}

@@ -127,6 +127,17 @@ func TestStream_DeletionTrimsLogsThenRecreatedStartsAbove(t *testing.T) {
 		return sh.Spec.FirstEpoch == epoch+1 && sh.Status.Assignment.Epoch > epoch,
 			"firstEpoch " + itoa(int(sh.Spec.FirstEpoch)) + " epoch " + itoa(int(sh.Status.Assignment.Epoch))
 	})
+	// A shard added later by raising spec.shards starts above it too: the
+	// old stream may have had that index.
+	setShards(t, ns, "s", 2)
+	eventually(t, 15*time.Second, "added shard s-1 assigned above the old epoch", func() (bool, string) {
+		sh := getShard(t, ns, "s-1")
+		if sh == nil || sh.Status.Assignment == nil {
+			return false, "unassigned"
+		}
+		return sh.Spec.FirstEpoch == epoch+1 && sh.Status.Assignment.Epoch > epoch,
+			"firstEpoch " + itoa(int(sh.Spec.FirstEpoch)) + " epoch " + itoa(int(sh.Status.Assignment.Epoch))
+	})
 }
 
 // TestStream_DeletionSkipAnnotation: a stream whose brokers never trim

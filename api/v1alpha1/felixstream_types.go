@@ -20,10 +20,15 @@ type FelixStreamSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cluster cannot change after creation"
 	Cluster string `json:"cluster"`
 
-	// Shards is the number of independent logs of the stream.
+	// Shards is the number of independent logs of the stream. It may be
+	// raised after creation, never lowered: the operator adds shards
+	// <old>..<new-1> and leaves the existing ones (their replicas and
+	// records) untouched. Records keep their shard and their order within
+	// it; a producer that picks a shard from a key may send the key to
+	// another shard after a raise (docs/operator.md, "Adding shards").
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4096
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="shards cannot change after creation"
+	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="shards can be added, never removed: a removed shard's records would be lost"
 	// +kubebuilder:default=1
 	// +optional
 	Shards int32 `json:"shards,omitempty"`

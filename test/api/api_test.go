@@ -302,7 +302,7 @@ func TestImmutableFields(t *testing.T) {
 		mutate func(*felixv1.FelixStream)
 		want   string
 	}{
-		{"shards", func(s *felixv1.FelixStream) { s.Spec.Shards = 3 }, "shards cannot change after creation"},
+		{"shards lowered", func(s *felixv1.FelixStream) { s.Spec.Shards = 1 }, "shards can be added, never removed: a removed shard's records would be lost"},
 		{"replicas", func(s *felixv1.FelixStream) { s.Spec.Replicas = 5 }, "replicas cannot change after creation"},
 		{"cluster", func(s *felixv1.FelixStream) { s.Spec.Cluster = "other" }, "cluster cannot change after creation"},
 	} {
@@ -320,6 +320,21 @@ func TestImmutableFields(t *testing.T) {
 	cp.Spec.Ack = felixv1.AckAll
 	if err := env.Client.Update(ctx(t), cp); err != nil {
 		t.Fatalf("ack should be mutable: %v", err)
+	}
+	// Shards may be raised (and kept), within the maximum.
+	for _, n := range []int32{4, 4} {
+		cp.Spec.Shards = n
+		if err := env.Client.Update(ctx(t), cp); err != nil {
+			t.Fatalf("raising shards to %d should be accepted: %v", n, err)
+		}
+	}
+	cp.Spec.Shards = 4097
+	if err := env.Client.Update(ctx(t), cp); err == nil || !strings.Contains(err.Error(), "less than or equal to 4096") {
+		t.Fatalf("shards 4097: %v; want the maximum 4096", err)
+	}
+	cp.Spec.Shards = 3
+	if err := env.Client.Update(ctx(t), cp); err == nil || !strings.Contains(err.Error(), "shards can be added, never removed") {
+		t.Fatalf("lowering shards 4 to 3: %v; want it refused", err)
 	}
 }
 
