@@ -17,6 +17,7 @@ import (
 	"felix.dev/felix/broker/peer"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/internal/pki"
 )
 
 // Defaults of ClusterOptions.
@@ -611,9 +612,21 @@ func (c *Cluster) refresh(ctx context.Context, streams []string) (wire.MetadataO
 // Such an address is out of date rather than the client misconfigured, so
 // it is dropped and the metadata asked again; a bootstrap address that
 // fails the same way stops the request (refusedIdentity).
+//
+// Only the client's verdict on the server's certificate counts: a server
+// that refused the client's own certificate (expired, another CA) would
+// refuse it at every broker, so that stops at once as before.
 func strangerAt(err error, addr string, bootstrap []string) bool {
 	var he *HandshakeError
-	return refusedIdentity(err) && errors.As(err, &he) && !slices.Contains(bootstrap, addr)
+	if !errors.As(err, &he) || slices.Contains(bootstrap, addr) {
+		return false
+	}
+	for _, e := range []error{pki.ErrUntrusted, pki.ErrWrongCluster, pki.ErrNotBroker, pki.ErrNoIdentity, pki.ErrAmbiguousIdentity} {
+		if errors.Is(he.Err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // refusedIdentity reports whether err refuses the connection's identity,

@@ -297,12 +297,15 @@ func (s *State) applyOffsets(o *Offsets) error {
 			delete(a.Deliveries, off)
 		}
 	}
-	for in.Committed < a.Delivered {
-		if _, out := a.Deliveries[in.Committed]; out {
-			break
-		}
-		in.Committed++
+	// The committed offset is the lowest outstanding one, or the end of
+	// what was delivered: found over the outstanding offsets (at most the
+	// in-flight cap), never by counting across the gap, which after a
+	// head trim can be as long as the log.
+	next := a.Delivered
+	for off := range a.Deliveries {
+		next = min(next, off)
 	}
+	in.Committed = max(in.Committed, next)
 	s.groups[o.Group] = in
 	return nil
 }

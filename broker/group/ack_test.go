@@ -55,6 +55,9 @@ func TestFoldAck(t *testing.T) {
 			return []record.Record{offsets(t, 3, EntryDeliver, "g", "m", 1, 10, 11, 12, 14), offsets(t, 4, EntryAck, "g", "m", 1, 11),
 				offsets(t, 5, EntryDeadLettered, "g", "m", 1, 10)}
 		}, want: ackInfo("m", 1, 12, 15, 3, 8, map[uint64]uint32{12: 1, 14: 1})},
+		{name: "a delivery far past a head trim moves the committed offset at once", more: func(t *testing.T) []record.Record {
+			return []record.Record{offsets(t, 3, EntryDeliver, "g", "m", 1, 1<<50), offsets(t, 4, EntryAck, "g", "m", 1, 1<<50)}
+		}, want: ackInfo("m", 1, 1<<50+1, 1<<50+1, 3, 8, nil)},
 		{name: "everything settled: committed reaches delivered", more: func(t *testing.T) []record.Record {
 			return []record.Record{offsets(t, 3, EntryDeliver, "g", "m", 1, 10, 12), offsets(t, 4, EntryAck, "g", "m", 1, 12, 10)}
 		}, want: ackInfo("m", 1, 13, 13, 3, 8, nil)},

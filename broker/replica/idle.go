@@ -28,7 +28,9 @@ import (
 // an idle driver for one call. An idle driver never waits for cmu
 // (TryLock): a shard whose goroutine is at work is not idle.
 //
-// A shard is idle when, with cmu held: its goroutine still runs; no event
+// A shard is idle when, with cmu held: its goroutine still runs (and has
+// not failed: a round that failed releases cmu before the goroutine
+// exits); no event
 // waits in its inbox; nothing is with the persister (no Ready in flight
 // or queued, no hold for want of space); no Ready an idle driver left is
 // waiting for the goroutine; and its last Ready that sent messages
@@ -56,7 +58,7 @@ import (
 // idleLocked reports whether s is idle (see above) as far as the state
 // cmu guards shows; the caller holds cmu and checks the inbox too.
 func (s *shard) idleLocked() bool {
-	return !s.exited && !s.loud && s.idleErr == nil && len(s.handoff) == 0 &&
+	return !s.exited && s.failed.Load() == nil && !s.loud && s.idleErr == nil && len(s.handoff) == 0 &&
 		s.persisting == 0 && len(s.queued) == 0 && !s.holding.Load()
 }
 

@@ -245,8 +245,7 @@ func (s *shard) run() {
 		}
 		t0 = s.m.o.Now()
 		if err := s.round(w, d, t0); err != nil {
-			log.Error(err, "replica stopped: cannot persist")
-			s.failed.Store(&err)
+			log.Error(err, "replica stopped: cannot persist") // round recorded it in s.failed
 			return
 		}
 	}
@@ -254,9 +253,18 @@ func (s *shard) run() {
 
 // round is one round of the drive loop, woken by w (d: the persister's
 // answer for wakePersisted), with the core owned throughout.
-func (s *shard) round(w wake, d persistDone, t0 time.Time) error {
+//
+// A round that fails records the failure before it releases the core, so
+// no idle driver takes the shard up between the failure and the
+// goroutine's exit.
+func (s *shard) round(w wake, d persistDone, t0 time.Time) (err error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
+	defer func() {
+		if err != nil {
+			s.failed.Store(&err)
+		}
+	}()
 	s.rounds.Add(1)
 	// What an idle driver left comes first: its Readies were taken
 	// before anything this round makes.

@@ -330,6 +330,15 @@ func (s *Server) deadLetterRedrive(req wire.DeadLetterRedriveRequest) (wire.Dead
 		if info.Committed < info.Tail {
 			return &wire.Error{Code: wire.CodeUnavailable, Message: "server: the data log has records not committed yet; retry"}
 		}
+		if m.Intent != nil && *m.Intent < info.Tail && *m.Intent < info.ReadableStart() {
+			// An earlier redrive got as far as its intent, and the data
+			// log was trimmed past the offset it meant to take: whether
+			// its append landed can no longer be read back. Appending
+			// again could write the record twice, so it is refused.
+			return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf(
+				"%s: an earlier redrive of dead-letter entry %d meant to append at data offset %d, which was trimmed since (floor %d): whether it landed cannot be read back, so the entry is not redriven again (read the record from the dead-letter log to append it by hand)",
+				req.Shard, req.Entry, *m.Intent, info.ReadableStart())}
+		}
 		if m.Intent != nil && *m.Intent < info.Tail {
 			// An earlier redrive got as far as its intent: did its append
 			// land?

@@ -54,6 +54,7 @@ func (c *conn) dispatch(f wire.Frame, frameHeld frameHold) bool {
 		readReq.MaxBytes = c.clampReadBytes(readReq.MaxBytes)
 		want += int64(readReq.MaxBytes) + readAnswerReserve
 	}
+	want += recordAnswerCharge(f.Type)
 	// Backpressure: stop reading this connection while its unanswered
 	// requests hold the in-flight budget.
 	connHeld, err := c.budget.acquire(c.waitCtx, want)
@@ -173,6 +174,19 @@ func (c *conn) clampReadBytes(n uint32) uint32 {
 		n = DefaultReadBytes
 	}
 	return min(n, c.s.opts.MaxFrameSize/2)
+}
+
+// recordAnswerCharge is what a request whose answer carries records
+// bounded by MaxAnswerBytes (GroupFetch, DeadLetterRead) is charged on top
+// of its frame, before it runs, as a read is charged its byte bound: a
+// connection cannot make the broker build and hold more such answers than
+// its in-flight budget. Zero for every other request.
+func recordAnswerCharge(t wire.MsgType) int64 {
+	switch t {
+	case wire.MsgGroupFetch, wire.MsgDeadLetterRead:
+		return MaxAnswerBytes + readAnswerReserve
+	}
+	return 0
 }
 
 // recordBytes is what the limits count of a record: payload plus headers.

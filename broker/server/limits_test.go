@@ -232,3 +232,19 @@ func TestMaxConnectionsRefusesWithUnavailable(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRecordAnswersChargedBeforeTheyRun: a group fetch or a dead-letter
+// read is charged its answer's bound on admission, like a read; a request
+// whose answer carries no records is charged its frame alone.
+func TestRecordAnswersChargedBeforeTheyRun(t *testing.T) {
+	for _, typ := range []wire.MsgType{wire.MsgGroupFetch, wire.MsgDeadLetterRead} {
+		if got := recordAnswerCharge(typ); got < MaxAnswerBytes {
+			t.Errorf("%v charged %d, want at least MaxAnswerBytes (%d)", typ, got, MaxAnswerBytes)
+		}
+	}
+	for _, typ := range []wire.MsgType{wire.MsgAppend, wire.MsgDescribe, wire.MsgGroupCommit, wire.MsgGroupAck} {
+		if got := recordAnswerCharge(typ); got != 0 {
+			t.Errorf("%v charged %d, want 0", typ, got)
+		}
+	}
+}
