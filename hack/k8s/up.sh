@@ -371,6 +371,24 @@ cat > "${STATE}/cni/net.d/10-felix-k8s.conflist" <<EOF
 }
 EOF
 log "pod network ${POD_CIDR} on bridge ${BRIDGE}"
+
+# A pod's packet to a Service address that kube-proxy has not programmed
+# yet (a Service seconds old, or none of its endpoints ready before the
+# REJECT rule lands) is not rewritten, so the node would route it out of
+# its default interface as to any other address. Behind an egress proxy
+# that intercepts every connection (these CI machines have one, answering
+# TLS with a certificate of its own) the client would then meet a stranger
+# instead of a refused connection. A real cluster's Service range leads
+# nowhere: refuse such packets here, as a Service without endpoints is
+# refused.
+svc_guard() { # ACTION (-C, -I FORWARD 1 or -D): the two guard rules
+  local action=("$@")
+  iptables -w "${action[@]}" -s "${CLUSTER_CIDR}" -d "${SERVICE_CIDR}" -p tcp \
+    -m comment --comment "felix-k8s: unprogrammed Service address" -j REJECT --reject-with tcp-reset &&
+  iptables -w "${action[@]}" -s "${CLUSTER_CIDR}" -d "${SERVICE_CIDR}" ! -p tcp \
+    -m comment --comment "felix-k8s: unprogrammed Service address" -j REJECT --reject-with icmp-port-unreachable
+}
+svc_guard -C FORWARD 2>/dev/null || svc_guard -I FORWARD 1
 wait_for kubelet "node ${NODE_NAME} to be Ready" "${KUBECTL}" wait --for=condition=Ready "node/${NODE_NAME}" --timeout=5s
 
 # ---- kube-proxy -------------------------------------------------------------------------
