@@ -2,8 +2,6 @@ package wire
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -187,39 +185,11 @@ func ackSeeds(tb testing.TB) map[string]counterSeed {
 		"trim_ok_short":           {[]byte{0, 0, 0}, 13},
 		"ack_config_missing_wait": {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'g', 0, 1, 'm', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 5}, 0},
 	}
-	for _, tc := range goldenCases() {
-		fr, err := tc.frame()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for i, typ := range ackTypes {
-			if fr.Type == typ {
-				seeds[tc.name] = counterSeed{fr.Body, uint8(i)}
-			}
-		}
-	}
-	return seeds
+	return withGoldenSeeds(tb, seeds, ackTypes)
 }
 
 // TestWriteAckFuzzSeeds keeps testdata/fuzz/FuzzDecodeAcks in step with
 // the golden vectors; it writes only with -update.
 func TestWriteAckFuzzSeeds(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeAcks")
-	seeds := ackSeeds(t)
-	if !*update {
-		entries, err := os.ReadDir(dir)
-		if err != nil || len(entries) < len(seeds) {
-			t.Fatalf("seed corpus missing or short (%d files, err %v); run go test -update", len(entries), err)
-		}
-		return
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, s := range seeds {
-		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbyte(%d)\n", s.body, s.sel)
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkOrWriteSeeds(t, filepath.Join("testdata", "fuzz", "FuzzDecodeAcks"), ackSeeds(t))
 }

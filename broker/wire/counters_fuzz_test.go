@@ -78,23 +78,17 @@ type counterSeed struct {
 	sel  uint8
 }
 
-// counterSeeds are the golden counter bodies plus malformed ones.
-func counterSeeds(tb testing.TB) map[string]counterSeed {
+// withGoldenSeeds adds to seeds every golden vector whose message type is
+// one of types, with that type's index as the selector of a
+// selector-driven fuzz target (FuzzDecodeCounters, Groups, Acks).
+func withGoldenSeeds(tb testing.TB, seeds map[string]counterSeed, types []MsgType) map[string]counterSeed {
 	tb.Helper()
-	seeds := map[string]counterSeed{
-		"add_zero_producer":   {append([]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 1}, make([]byte, 24)...), 0},
-		"add_unknown_flag":    {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 2}, 0},
-		"add_cut_short":       {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 9, 'k'}, 0},
-		"get_bad_stream":      {[]byte{0, 1, '/', 0, 0, 0, 0, 0, 0}, 2},
-		"snapshot_bad_flag":   {[]byte{0, 1, 'x', 0, 0, 0, 0, 0x80}, 4},
-		"snapshot_ok_trailer": {make([]byte, 21), 5},
-	}
 	for _, tc := range goldenCases() {
 		fr, err := tc.frame()
 		if err != nil {
 			tb.Fatal(err)
 		}
-		for i, typ := range counterTypes {
+		for i, typ := range types {
 			if fr.Type == typ {
 				seeds[tc.name] = counterSeed{fr.Body, uint8(i)}
 			}
@@ -103,11 +97,11 @@ func counterSeeds(tb testing.TB) map[string]counterSeed {
 	return seeds
 }
 
-// TestWriteCounterFuzzSeeds keeps testdata/fuzz/FuzzDecodeCounters in step
-// with the golden vectors; it writes only with -update.
-func TestWriteCounterFuzzSeeds(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeCounters")
-	seeds := counterSeeds(t)
+// checkOrWriteSeeds keeps the corpus in dir in step with seeds: without
+// -update it fails when the corpus is missing or short; with -update it
+// writes every seed (body and selector) in the fuzz corpus format.
+func checkOrWriteSeeds(t *testing.T, dir string, seeds map[string]counterSeed) {
+	t.Helper()
 	if !*update {
 		entries, err := os.ReadDir(dir)
 		if err != nil || len(entries) < len(seeds) {
@@ -124,4 +118,24 @@ func TestWriteCounterFuzzSeeds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// counterSeeds are the golden counter bodies plus malformed ones.
+func counterSeeds(tb testing.TB) map[string]counterSeed {
+	tb.Helper()
+	seeds := map[string]counterSeed{
+		"add_zero_producer":   {append([]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 1}, make([]byte, 24)...), 0},
+		"add_unknown_flag":    {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 2}, 0},
+		"add_cut_short":       {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 9, 'k'}, 0},
+		"get_bad_stream":      {[]byte{0, 1, '/', 0, 0, 0, 0, 0, 0}, 2},
+		"snapshot_bad_flag":   {[]byte{0, 1, 'x', 0, 0, 0, 0, 0x80}, 4},
+		"snapshot_ok_trailer": {make([]byte, 21), 5},
+	}
+	return withGoldenSeeds(tb, seeds, counterTypes)
+}
+
+// TestWriteCounterFuzzSeeds keeps testdata/fuzz/FuzzDecodeCounters in step
+// with the golden vectors; it writes only with -update.
+func TestWriteCounterFuzzSeeds(t *testing.T) {
+	checkOrWriteSeeds(t, filepath.Join("testdata", "fuzz", "FuzzDecodeCounters"), counterSeeds(t))
 }

@@ -2,8 +2,6 @@ package wire
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -158,39 +156,11 @@ func groupSeeds(tb testing.TB) map[string]counterSeed {
 		"heartbeat_missing_gen":   {[]byte{0, 1, 'x', 0, 0, 0, 0, 0, 1, 'g', 0, 1, 'm'}, 2},
 		"describe_ok_group_short": {append(make([]byte, 16), 0, 0, 0, 1, 0, 5, 'a'), 9},
 	}
-	for _, tc := range goldenCases() {
-		fr, err := tc.frame()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for i, typ := range groupTypes {
-			if fr.Type == typ {
-				seeds[tc.name] = counterSeed{fr.Body, uint8(i)}
-			}
-		}
-	}
-	return seeds
+	return withGoldenSeeds(tb, seeds, groupTypes)
 }
 
 // TestWriteGroupFuzzSeeds keeps testdata/fuzz/FuzzDecodeGroups in step with
 // the golden vectors; it writes only with -update.
 func TestWriteGroupFuzzSeeds(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeGroups")
-	seeds := groupSeeds(t)
-	if !*update {
-		entries, err := os.ReadDir(dir)
-		if err != nil || len(entries) < len(seeds) {
-			t.Fatalf("seed corpus missing or short (%d files, err %v); run go test -update", len(entries), err)
-		}
-		return
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, s := range seeds {
-		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbyte(%d)\n", s.body, s.sel)
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkOrWriteSeeds(t, filepath.Join("testdata", "fuzz", "FuzzDecodeGroups"), groupSeeds(t))
 }
