@@ -58,48 +58,23 @@ func (s *Server) counterLog(shard record.ShardID) (Log, error) {
 	return cl.CounterLog(shard)
 }
 
-// errCounterUncommitted refuses a fold of a log whose tail is not all
-// committed: an entry whose outcome is still open may yet commit.
-var errCounterUncommitted = errors.New("server: the counter log has entries not committed yet; retry")
-
 // ensure makes cs the fold of l's committed entries under l's current
 // generation, rebuilding it from the log when the generation changed or
 // an earlier request left it unknown. Called with cs.mu held.
 func (cs *counterShard) ensure(s *Server, l Log) error {
-	var gen uint64
-	if g, ok := l.(Generational); ok {
-		var err error
-		if gen, err = g.Generation(); err != nil {
-			return err
-		}
+	gen, err := logGeneration(l)
+	if err != nil {
+		return err
 	}
 	if cs.built && cs.gen == gen {
 		return nil
 	}
 	cs.built = false
-	info := l.Describe()
-	if info.Committed < info.Tail {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: errCounterUncommitted.Error()}
-	}
-	from := info.ReadableStart()
-	st := counter.NewState(s.opts.CounterLimits, from, from > info.Base)
-	for from < info.Tail {
-		res, err := readCommitted(l, from, logstore.ReadOptions{MaxRecords: 4096, MaxBytes: 8 << 20})
-		if err != nil {
-			return fmt.Errorf("server: folding the counter log of %s from %d: %w", info.ID, from, err)
-		}
-		for _, r := range res.Records {
-			if err := st.Apply(r); err != nil {
-				s.log.Error(err, "counter log does not fold; counters of the shard are not served", "log", info.ID.String(), "offset", r.Offset)
-				return &wire.Error{Code: wire.CodeCorrupt, Offset: r.Offset,
-					Message: fmt.Sprintf("%s: counter log does not fold: %v", info.ID, err)}
-			}
-		}
-		if res.Next <= from {
-			break
-		}
-		from = res.Next
-		st.AdvanceTo(from)
+	st, err := refold(s, l, "counter", func(from uint64, trimmed bool) *counter.State {
+		return counter.NewState(s.opts.CounterLimits, from, trimmed)
+	})
+	if err != nil {
+		return err
 	}
 	cs.table.Reset()
 	marks := st.Marks()

@@ -58,40 +58,17 @@ var errDeadTailMoved = errors.New("server: the dead-letter log's tail moved unde
 // ensure makes ds the fold of l's committed entries under l's current
 // generation. Called with ds.mu held.
 func (ds *deadShard) ensure(s *Server, l Log) error {
-	var gen uint64
-	if g, ok := l.(Generational); ok {
-		var err error
-		if gen, err = g.Generation(); err != nil {
-			return err
-		}
+	gen, err := logGeneration(l)
+	if err != nil {
+		return err
 	}
 	if ds.built && ds.gen == gen {
 		return nil
 	}
 	ds.built = false
-	info := l.Describe()
-	if info.Committed < info.Tail {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "server: the dead-letter log has entries not committed yet; retry"}
-	}
-	from := info.ReadableStart()
-	st := deadletter.NewState(from)
-	for from < info.Tail {
-		res, err := readCommitted(l, from, logstore.ReadOptions{MaxRecords: 4096, MaxBytes: 8 << 20})
-		if err != nil {
-			return fmt.Errorf("server: folding the dead-letter log of %s from %d: %w", info.ID, from, err)
-		}
-		for _, r := range res.Records {
-			if err := st.Apply(r); err != nil {
-				s.log.Error(err, "dead-letter log does not fold; it is not served", "log", info.ID.String(), "offset", r.Offset)
-				return &wire.Error{Code: wire.CodeCorrupt, Offset: r.Offset,
-					Message: fmt.Sprintf("%s: dead-letter log does not fold: %v", info.ID, err)}
-			}
-		}
-		if res.Next <= from {
-			break
-		}
-		from = res.Next
-		st.AdvanceTo(from)
+	st, err := refold(s, l, "dead-letter", func(from uint64, _ bool) *deadletter.State { return deadletter.NewState(from) })
+	if err != nil {
+		return err
 	}
 	ds.state, ds.gen, ds.built = st, gen, true
 	return nil

@@ -75,40 +75,17 @@ var errGroupTailMoved = errors.New("server: the group log's tail moved under thi
 // earlier request left it unknown. A rebuild starts every owner's lease
 // at now. Called with gs.mu held.
 func (gs *groupShard) ensure(s *Server, l Log) error {
-	var gen uint64
-	if g, ok := l.(Generational); ok {
-		var err error
-		if gen, err = g.Generation(); err != nil {
-			return err
-		}
+	gen, err := logGeneration(l)
+	if err != nil {
+		return err
 	}
 	if gs.built && gs.gen == gen {
 		return nil
 	}
 	gs.built = false
-	info := l.Describe()
-	if info.Committed < info.Tail {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "server: the group log has entries not committed yet; retry"}
-	}
-	from := info.ReadableStart()
-	st := group.NewState(s.opts.GroupLimits, from, from > info.Base)
-	for from < info.Tail {
-		res, err := readCommitted(l, from, logstore.ReadOptions{MaxRecords: 4096, MaxBytes: 8 << 20})
-		if err != nil {
-			return fmt.Errorf("server: folding the group log of %s from %d: %w", info.ID, from, err)
-		}
-		for _, r := range res.Records {
-			if err := st.Apply(r); err != nil {
-				s.log.Error(err, "group log does not fold; groups of the shard are not served", "log", info.ID.String(), "offset", r.Offset)
-				return &wire.Error{Code: wire.CodeCorrupt, Offset: r.Offset,
-					Message: fmt.Sprintf("%s: group log does not fold: %v", info.ID, err)}
-			}
-		}
-		if res.Next <= from {
-			break
-		}
-		from = res.Next
-		st.AdvanceTo(from)
+	st, err := refold(s, l, "group", func(from uint64, trimmed bool) *group.State { return group.NewState(s.opts.GroupLimits, from, trimmed) })
+	if err != nil {
+		return err
 	}
 	now := s.opts.Now()
 	gs.leases = map[string]time.Time{}

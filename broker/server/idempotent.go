@@ -90,14 +90,12 @@ func (c *conn) applyIdempotent(shard record.ShardID, p *pending) {
 	st.mu.Lock()
 	// The generation is read under the table's lock, so two appends never
 	// decide from tables built for different leaderships.
-	var gen uint64
-	if g, ok := l.(Generational); ok {
-		if gen, err = g.Generation(); err != nil {
-			st.mu.Unlock()
-			<-c.submitted
-			fail(err)
-			return
-		}
+	gen, err := logGeneration(l)
+	if err != nil {
+		st.mu.Unlock()
+		<-c.submitted
+		fail(err)
+		return
 	}
 	if !st.built || st.gen != gen {
 		if err := st.rebuild(l, gen, uint64(c.s.opts.IdempotenceScanRecords)); err != nil {
