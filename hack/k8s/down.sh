@@ -90,11 +90,9 @@ if [[ -x "${KUBE_BIN}/kube-proxy" ]] && iptables -t nat -S KUBE-SERVICES >/dev/n
   log "removing kube-proxy's iptables rules"
   "${KUBE_BIN}/kube-proxy" --cleanup >/dev/null 2>&1 || true
 fi
-# up.sh's guard for unprogrammed Service addresses.
-while iptables -w -S FORWARD 2>/dev/null | grep -q "felix-k8s: unprogrammed Service address"; do
-  rule="$(iptables -w -S FORWARD | grep -m1 "felix-k8s: unprogrammed Service address")"
-  # shellcheck disable=SC2086 # the rule's words, as iptables printed them
-  eval "iptables -w ${rule/-A FORWARD/-D FORWARD}" || break
+# up.sh's routing rule for unprogrammed Service addresses.
+while ip rule show pref "${SVC_GUARD_PREF}" | grep -q unreachable; do
+  ip rule del pref "${SVC_GUARD_PREF}" || break
 done
 # The CNI firewall plugin's chains, once no pod uses them; the kubelet's canary.
 if iptables -S CNI-FORWARD >/dev/null 2>&1 && [[ $(iptables -S CNI-FORWARD | wc -l) -le 2 ]]; then

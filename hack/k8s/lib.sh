@@ -37,6 +37,9 @@ K8S_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NODE_BIN="${K8S_ROOT}/bin/k8s-node"
 NODE_CACHE="${FELIX_TOOL_CACHE}/k8s-node"
 KUBE_BIN="${NODE_BIN}/${KUBE_VERSION}"                  # kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl
+# SVC_GUARD_PREF is the priority of up.sh's routing rule that makes the
+# Service range unreachable from pods (removed by down.sh).
+SVC_GUARD_PREF=90
 CNI_BIN="${NODE_BIN}/cni-plugins-${CNI_PLUGINS_VERSION}" # bridge, host-local, loopback, portmap, firewall
 CRICTL="${NODE_BIN}/crictl-${CRI_TOOLS_VERSION}"
 COREDNS="${NODE_BIN}/coredns-${COREDNS_VERSION}"

@@ -379,16 +379,13 @@ log "pod network ${POD_CIDR} on bridge ${BRIDGE}"
 # that intercepts every connection (these CI machines have one, answering
 # TLS with a certificate of its own) the client would then meet a stranger
 # instead of a refused connection. A real cluster's Service range leads
-# nowhere: refuse such packets here, as a Service without endpoints is
-# refused.
-svc_guard() { # ACTION (-C, -I FORWARD 1 or -D): the two guard rules
-  local action=("$@")
-  iptables -w "${action[@]}" -s "${CLUSTER_CIDR}" -d "${SERVICE_CIDR}" -p tcp \
-    -m comment --comment "felix-k8s: unprogrammed Service address" -j REJECT --reject-with tcp-reset &&
-  iptables -w "${action[@]}" -s "${CLUSTER_CIDR}" -d "${SERVICE_CIDR}" ! -p tcp \
-    -m comment --comment "felix-k8s: unprogrammed Service address" -j REJECT --reject-with icmp-port-unreachable
-}
-svc_guard -C FORWARD 2>/dev/null || svc_guard -I FORWARD 1
+# nowhere: a routing rule makes it unreachable from pods. It is a rule,
+# not a FORWARD filter, because the CNI firewall plugin and kube-proxy
+# put their accepting chains ahead of anything in FORWARD; routing sees
+# the address after kube-proxy's rewrite, so programmed Services and
+# every reply pass.
+SVC_GUARD=(from "${CLUSTER_CIDR}" to "${SERVICE_CIDR}" unreachable pref "${SVC_GUARD_PREF}")
+ip rule show pref "${SVC_GUARD_PREF}" | grep -q unreachable || ip rule add "${SVC_GUARD[@]}"
 wait_for kubelet "node ${NODE_NAME} to be Ready" "${KUBECTL}" wait --for=condition=Ready "node/${NODE_NAME}" --timeout=5s
 
 # ---- kube-proxy -------------------------------------------------------------------------

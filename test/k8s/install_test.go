@@ -333,6 +333,11 @@ spec:
 		eventually(t, 3*time.Minute, "every shard of the restored events has a leader", func() error {
 			return shardsLed(e, t, "events", 2)
 		})
+		// The restored brokers' pods are replaced once restore-point ran
+		// (the cluster stays Ready through it on their heartbeats): read
+		// once the replacements serve.
+		e.kubectl(t, "-n", appNS, "wait", "pod", "-l", "app.kubernetes.io/instance="+restored+",app.kubernetes.io/component=broker",
+			"--for=condition=Ready", "--timeout=3m")
 		got := readAll(t, e, fmt.Sprintf("%s.%s.svc", restored, appNS), "consumer-restored", "bob")
 		if strings.Join(got, ",") != strings.Join(records, ",") {
 			t.Fatalf("the restored cluster read back %v, want every acknowledged record %v", got, records)
