@@ -41,6 +41,10 @@ type State struct {
 	floor   uint64
 	entries map[uint64]*Meta
 	byKey   map[key]uint64
+	// superseded counts the intents above the floor written for an entry
+	// that already had one (the earlier one's conditional append lost to
+	// another append).
+	superseded int
 }
 
 // NewState returns the empty fold of a log whose readable records start
@@ -61,6 +65,15 @@ func (s *State) AdvanceTo(off uint64) {
 
 // Len is the number of dead-lettered records in the fold.
 func (s *State) Len() int { return len(s.entries) }
+
+// Superseded is the number of intents in the fold written for an entry
+// that already had an intent: each is a redrive attempt that lost its
+// conditional append to another append of the data log and was started
+// again at the new tail. They are the only entries whose number the
+// dead-lettered records do not bound (each record has at most one
+// dead-letter entry, one live intent and one redriven entry), so a writer
+// caps them to keep the log bounded.
+func (s *State) Superseded() int { return s.superseded }
 
 // Find returns the offset of the entry that dead-lettered data-log offset
 // off for group; ok is false when there is none.
@@ -126,6 +139,9 @@ func (s *State) Apply(r record.Record) error {
 		case done:
 			m.Redriven, m.DataOffset = true, rd.DataOffset
 		default:
+			if m.Intent != nil {
+				s.superseded++
+			}
 			at := rd.DataOffset
 			m.Intent = &at
 		}

@@ -69,14 +69,23 @@ func TestFold(t *testing.T) {
 		floor uint64
 		recs  func(t *testing.T) []record.Record
 		want  map[uint64]Meta
-		err   error
+		// superseded is State.Superseded after the fold.
+		superseded int
+		err        error
 	}{
 		{name: "records of groups", recs: func(t *testing.T) []record.Record {
 			return []record.Record{dead(t, 0, "a", 5), {Offset: 1, Kind: record.KindFence}, dead(t, 2, "b", 5)}
 		}, want: map[uint64]Meta{0: {Group: "a", Offset: 5}, 2: {Group: "b", Offset: 5}}},
 		{name: "an intent, then the redrive", recs: func(t *testing.T) []record.Record {
 			return []record.Record{dead(t, 0, "a", 5), redrive(t, 1, EntryRedriving, 0, 40), redrive(t, 2, EntryRedriving, 0, 42), redrive(t, 3, EntryRedriven, 0, 42)}
-		}, want: map[uint64]Meta{0: {Group: "a", Offset: 5, Intent: intent(42), Redriven: true, DataOffset: 42}}},
+		}, want: map[uint64]Meta{0: {Group: "a", Offset: 5, Intent: intent(42), Redriven: true, DataOffset: 42}}, superseded: 1},
+		{name: "intents lost to other appends are counted per shard", recs: func(t *testing.T) []record.Record {
+			return []record.Record{dead(t, 0, "a", 5), dead(t, 1, "a", 6), redrive(t, 2, EntryRedriving, 0, 40), redrive(t, 3, EntryRedriving, 1, 41),
+				redrive(t, 4, EntryRedriving, 0, 43), redrive(t, 5, EntryRedriving, 0, 45), redrive(t, 6, EntryRedriving, 1, 46)}
+		}, want: map[uint64]Meta{0: {Group: "a", Offset: 5, Intent: intent(45)}, 1: {Group: "a", Offset: 6, Intent: intent(46)}}, superseded: 3},
+		{name: "intents of an entry below the floor are not counted", floor: 1, recs: func(t *testing.T) []record.Record {
+			return []record.Record{dead(t, 1, "a", 6), redrive(t, 2, EntryRedriving, 0, 40), redrive(t, 3, EntryRedriving, 0, 41)}
+		}, want: map[uint64]Meta{1: {Group: "a", Offset: 6}}},
 		{name: "a redrive of an entry below the floor is skipped", floor: 3, recs: func(t *testing.T) []record.Record {
 			return []record.Record{redrive(t, 3, EntryRedriven, 1, 42), dead(t, 4, "a", 5)}
 		}, want: map[uint64]Meta{4: {Group: "a", Offset: 5}}},
@@ -119,6 +128,9 @@ func TestFold(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if got := s.Superseded(); got != tc.superseded {
+				t.Errorf("Superseded() = %d, want %d", got, tc.superseded)
 			}
 			if s.Len() != len(tc.want) {
 				t.Fatalf("%d entries, want %d", s.Len(), len(tc.want))

@@ -409,7 +409,7 @@ func (r *Replica) report() *Report {
 			if c.answered == 0 || c.answeredOn != p.conn || r.pass-c.answered > CaughtUpGracePasses {
 				held = false
 			}
-			if c.confirmed < r.committed[l] {
+			if c.confirmed < r.committed[l] && (l == record.LogData || !r.cfg.Rules.CaughtUpDataLogOnly) {
 				fr.CaughtUp = false
 			}
 		}

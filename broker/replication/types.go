@@ -153,6 +153,11 @@ type Rules struct {
 	// DisableFenceIDCheck (fence id rule off): the recovery and fence
 	// quorums count replicas whatever id they present.
 	DisableFenceIDCheck bool
+	// CaughtUpDataLogOnly ([RP-6] off for the group, dead-letter and
+	// counter logs): a follower is reported caught up once its data-log
+	// cursor reaches the data log's committed position, whatever its
+	// cursors on the other logs say.
+	CaughtUpDataLogOnly bool
 }
 
 // Config builds a Replica.

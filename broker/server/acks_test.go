@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -616,4 +617,142 @@ func TestGroupConsumerAckMode(t *testing.T) {
 	if dl, err := cl.DeadLetterRead(ctx, shardA, 0, 0); err != nil || len(dl.Entries) != 2 || dl.Entries[1].Offset != 2 || dl.Entries[1].Deliveries != 2 {
 		t.Fatalf("dead letters after the takeover: %+v %v", dl, err)
 	}
+}
+
+// racingShards serves the store's logs, except that the first races
+// conditional appends to a data log each lose to another append: one
+// record lands at the expected tail just before them, as a concurrent
+// producer's append does between a redrive's intent and its append.
+type racingShards struct {
+	Shards
+	races *int
+}
+
+func (r racingShards) DataLog(shard record.ShardID) (Log, error) {
+	l, err := r.Shards.DataLog(shard)
+	if err != nil {
+		return nil, err
+	}
+	return racingLog{Log: l, races: r.races}, nil
+}
+
+func (r racingShards) DeadLetterLog(shard record.ShardID) (Log, error) {
+	return r.Shards.(DeadLetterShards).DeadLetterLog(shard)
+}
+
+type racingLog struct {
+	Log
+	races *int
+}
+
+func (l racingLog) Append(ctx context.Context, recs []record.Record, expectTail *uint64) (logstore.AppendResult, error) {
+	if expectTail != nil && *l.races > 0 {
+		*l.races--
+		if _, err := l.Log.Append(ctx, []record.Record{{Kind: record.KindData, Payload: []byte("racer")}}, nil); err != nil {
+			return logstore.AppendResult{}, err
+		}
+	}
+	return l.Log.Append(ctx, recs, expectTail)
+}
+
+// redriveRace is the scenario of the redrive's intent bounds [TR-10]: one
+// record is dead-lettered, then a server over the same store (with
+// maxDead as Options.MaxDeadLetters and the twin switches) redrives it
+// requests times while the first races conditional appends to the data
+// log each lose to another append. It returns every answer's error (nil
+// for a redrive that landed) and the intents the requests wrote.
+func redriveRace(t *testing.T, twin serverTwin, maxDead, races, requests int) (errs []error, intents int) {
+	t.Helper()
+	clk := newFakeClock()
+	b := ackBroker(t, clk, 1)
+	fetch(t, b.srv, 1)
+	clk.Advance(11 * time.Second)
+	if out := fetch(t, b.srv, 1); out.DeadLettered != 1 {
+		t.Fatalf("fetch: %+v", out)
+	}
+	entry := deadLetters(t, b.srv)[0].Entry
+	left := races
+	ss := racingShards{Shards: StoreShards(b.store), races: &left}
+	s := New(ss, Options{Now: clk.Now, MaxDeadLetters: maxDead, twin: twin})
+	dlog, _ := ss.DeadLetterLog(shardA)
+	for i := 0; i < requests; i++ {
+		_, err := s.deadLetterRedrive(wire.DeadLetterRedriveRequest{Shard: shardA, Entry: entry})
+		errs = append(errs, err)
+	}
+	res, err := dlog.Read(0, logstore.ReadOptions{MaxRecords: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Records {
+		e, err := deadletter.DecodeEntry(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Redriving != nil {
+			intents++
+		}
+	}
+	return errs, intents
+}
+
+// TestTR10_RedriveIntentsBounded: a redrive that keeps losing its
+// conditional append to other appends writes at most maxRedriveIntents
+// intents per request and answers Unavailable (retryable); across
+// requests the intents that replace an earlier one stop at
+// Options.MaxDeadLetters, answered GroupLimit; a redrive that wins in the
+// end lands once. TestTR10Twin_UnboundedRedriveGrowsTheDeadLetterLog runs
+// the same scenarios with the bounds off.
+func TestTR10_RedriveIntentsBounded(t *testing.T) {
+	for _, tc := range redriveBoundCases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, intents := redriveRace(t, serverTwin{}, tc.maxDead, tc.races, tc.requests)
+			if broke := tc.check(errs, intents); len(broke) > 0 {
+				t.Fatalf("bounds broken: %v (answers %v, %d intents)", broke, errs, intents)
+			}
+		})
+	}
+}
+
+// redriveBoundCases are the scenarios of TestTR10_RedriveIntentsBounded
+// and its twin; check returns the bounds that broke.
+var redriveBoundCases = []struct {
+	name                     string
+	maxDead, races, requests int
+	check                    func(errs []error, intents int) []string
+}{
+	{name: "one request writes at most two intents", maxDead: 100, races: 5, requests: 1,
+		check: func(errs []error, intents int) []string {
+			var broke []string
+			if intents > maxRedriveIntents {
+				broke = append(broke, fmt.Sprintf("one request wrote %d intents", intents))
+			}
+			if !isCode(errs[0], wire.CodeUnavailable) {
+				broke = append(broke, fmt.Sprintf("answer %v, want Unavailable", errs[0]))
+			}
+			return broke
+		}},
+	{name: "replaced intents stop at the shard's cap", maxDead: 3, races: 30, requests: 10,
+		check: func(errs []error, intents int) []string {
+			var broke []string
+			// One first intent, then at most 3 replacing it.
+			if intents > 1+3 {
+				broke = append(broke, fmt.Sprintf("%d intents in the dead-letter log, want at most 4", intents))
+			}
+			var we *wire.Error
+			if last := errs[len(errs)-1]; !errors.As(last, &we) || we.Code != wire.CodeGroupLimit || we.Limit != 3 {
+				broke = append(broke, fmt.Sprintf("last answer %v, want GroupLimit 3", last))
+			}
+			return broke
+		}},
+	{name: "a redrive that wins lands once", maxDead: 3, races: 1, requests: 2,
+		check: func(errs []error, intents int) []string {
+			var broke []string
+			if errs[0] != nil || errs[1] != nil {
+				broke = append(broke, fmt.Sprintf("answers %v, want both to succeed", errs))
+			}
+			if intents != 2 {
+				broke = append(broke, fmt.Sprintf("%d intents, want 2 (one lost, one landed)", intents))
+			}
+			return broke
+		}},
 }

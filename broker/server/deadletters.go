@@ -114,10 +114,10 @@ func (s *Server) withDeadShard(shard record.ShardID, fn func(ds *deadShard, l Lo
 			return err
 		}
 		err := fn(ds, l)
-		if attempt == 0 && (errors.Is(err, errDeadTailMoved) || errors.Is(err, errDataTailMoved)) {
+		if attempt == 0 && errors.Is(err, errDeadTailMoved) {
 			continue
 		}
-		if errors.Is(err, errDeadTailMoved) || errors.Is(err, errDataTailMoved) {
+		if errors.Is(err, errDeadTailMoved) {
 			return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error() + "; retry"}
 		}
 		return err
@@ -270,98 +270,143 @@ func (s *Server) deadLetterRead(req wire.DeadLetterReadRequest) (wire.DeadLetter
 // tail past its intent.
 var errDataTailMoved = errors.New("server: the data log's tail moved past the redrive's intent")
 
+// maxRedriveIntents bounds the intents one DeadLetterRedrive writes: a
+// redrive whose conditional append loses to other appends of the data log
+// writes a new intent at the new tail and tries again, at most this many
+// intents in all; then it answers Unavailable (nothing more written; the
+// client may retry).
+const maxRedriveIntents = 2
+
 // deadLetterRedrive serves a DeadLetterRedrive: the dead-lettered record
 // appended to the data log exactly once (see package deadletter): an
 // intent naming the data log's tail, a conditional append there carrying
 // deadletter.RedriveHeader, then the redriven entry. An intent left
 // without its redriven entry is finished (the record is in the data log
-// at the intent's offset with the header) or replaced by a new intent.
+// at the intent's offset with the header), reused (the data log's tail is
+// still at its offset) or replaced by a new intent. Intents are bounded
+// [TR-10]: at most maxRedriveIntents per request, and a new intent that
+// replaces an entry's earlier one (that intent's append lost to another
+// append) is refused with GroupLimit once the shard's dead-letter log
+// holds Options.MaxDeadLetters such replaced intents above its floor,
+// until a DeadLetterTrim makes room: a client that keeps losing the race,
+// or makes itself lose it by appending, cannot grow the log without bound.
 func (s *Server) deadLetterRedrive(req wire.DeadLetterRedriveRequest) (wire.DeadLetterRedriveOK, error) {
 	data, err := s.shards.DataLog(req.Shard)
 	if err != nil {
 		return wire.DeadLetterRedriveOK{}, err
 	}
 	var out wire.DeadLetterRedriveOK
+	intents := 0 // written by this request, across withDeadShard's attempts
 	err = s.withDeadShard(req.Shard, func(ds *deadShard, l Log) error {
-		m, ok := ds.state.Entry(req.Entry)
-		if !ok {
-			return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%s: no dead-lettered record at entry %d of the dead-letter log", req.Shard, req.Entry)}
-		}
-		if m.Redriven {
-			out = wire.DeadLetterRedriveOK{DataOffset: m.DataOffset, Already: true}
-			return nil
-		}
-		mark := strconv.FormatUint(req.Entry, 10)
-		redriven := func(at uint64) error {
-			rec, err := deadletter.EncodeRedrive(deadletter.EntryRedriven, deadletter.Redrive{Entry: req.Entry, DataOffset: at})
-			if err != nil {
+		for {
+			err := s.redriveAttempt(ds, l, data, req, &intents, &out)
+			if !errors.Is(err, errDataTailMoved) {
 				return err
 			}
-			if _, err := ds.appendEntry(s, l, rec); err != nil {
-				return err
-			}
-			out = wire.DeadLetterRedriveOK{DataOffset: at}
-			return nil
-		}
-		info := data.Describe()
-		if info.Committed < info.Tail {
-			return &wire.Error{Code: wire.CodeUnavailable, Message: "server: the data log has records not committed yet; retry"}
-		}
-		if m.Intent != nil && *m.Intent < info.Tail && *m.Intent < info.ReadableStart() {
-			// An earlier redrive got as far as its intent, and the data
-			// log was trimmed past the offset it meant to take: whether
-			// its append landed can no longer be read back. Appending
-			// again could write the record twice, so it is refused.
-			return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf(
-				"%s: an earlier redrive of dead-letter entry %d meant to append at data offset %d, which was trimmed since (floor %d): whether it landed cannot be read back, so the entry is not redriven again (read the record from the dead-letter log to append it by hand)",
-				req.Shard, req.Entry, *m.Intent, info.ReadableStart())}
-		}
-		if m.Intent != nil && *m.Intent < info.Tail {
-			// An earlier redrive got as far as its intent: did its append
-			// land?
-			r, ok, err := readAt(data, *m.Intent)
-			if err != nil {
-				return err
-			}
-			if ok && len(r.Headers) > 0 {
-				if h := r.Headers[len(r.Headers)-1]; h.Key == deadletter.RedriveHeader && string(h.Value) == mark {
-					return redriven(*m.Intent)
-				}
+			if intents >= maxRedriveIntents && !s.opts.twin.unboundedRedrive {
+				return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: dead-letter entry %d: %v (%d intents written, the most one redrive writes); retry",
+					req.Shard, req.Entry, err, intents)}
 			}
 		}
-		at := info.Tail
-		if m.Intent == nil || *m.Intent != at {
-			rec, err := deadletter.EncodeRedrive(deadletter.EntryRedriving, deadletter.Redrive{Entry: req.Entry, DataOffset: at})
-			if err != nil {
-				return err
-			}
-			if _, err := ds.appendEntry(s, l, rec); err != nil {
-				return err
-			}
-		}
-		dr, err := readCommitted(l, req.Entry, logstore.ReadOptions{MaxRecords: 1})
+	})
+	return out, err
+}
+
+// redriveAttempt is one attempt of deadLetterRedrive: it finishes or
+// answers the redrive (setting *out), or writes (or reuses) an intent and
+// tries the conditional append, answering errDataTailMoved when another
+// append took the intent's offset. *intents counts the intents the
+// request wrote. Called with ds.mu held.
+func (s *Server) redriveAttempt(ds *deadShard, l, data Log, req wire.DeadLetterRedriveRequest, intents *int, out *wire.DeadLetterRedriveOK) error {
+	m, ok := ds.state.Entry(req.Entry)
+	if !ok {
+		return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%s: no dead-lettered record at entry %d of the dead-letter log", req.Shard, req.Entry)}
+	}
+	if m.Redriven {
+		*out = wire.DeadLetterRedriveOK{DataOffset: m.DataOffset, Already: true}
+		return nil
+	}
+	mark := strconv.FormatUint(req.Entry, 10)
+	redriven := func(at uint64) error {
+		rec, err := deadletter.EncodeRedrive(deadletter.EntryRedriven, deadletter.Redrive{Entry: req.Entry, DataOffset: at})
 		if err != nil {
 			return err
 		}
-		if len(dr.Records) == 0 || dr.Records[0].Offset != req.Entry {
-			return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: dead-letter entry %d not readable; retry", req.Shard, req.Entry)}
-		}
-		e, err := deadletter.DecodeEntry(dr.Records[0])
-		if err != nil || e.Record == nil {
-			return &wire.Error{Code: wire.CodeCorrupt, Offset: req.Entry, Message: fmt.Sprintf("dead-letter entry %d: %v", req.Entry, err)}
-		}
-		hs := append(append([]record.Header{}, e.Record.Headers...), record.Header{Key: deadletter.RedriveHeader, Value: []byte(mark)})
-		rec := record.Record{Kind: record.KindData, Epoch: s.opts.Epoch, Timestamp: s.opts.Now().UnixNano(), Headers: hs, Payload: e.Record.Payload}
-		if _, err := data.Append(s.storeCtx, []record.Record{rec}, &at); err != nil {
-			var om *record.OffsetMismatchError
-			if errors.As(err, &om) {
-				// Another append took the offset: the intent can no
-				// longer land; a new one is written on the retry.
-				return fmt.Errorf("%w: %v", errDataTailMoved, err)
-			}
+		if _, err := ds.appendEntry(s, l, rec); err != nil {
 			return err
 		}
-		return redriven(at)
-	})
-	return out, err
+		*out = wire.DeadLetterRedriveOK{DataOffset: at}
+		return nil
+	}
+	info := data.Describe()
+	if info.Committed < info.Tail {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: "server: the data log has records not committed yet; retry"}
+	}
+	if m.Intent != nil && *m.Intent < info.Tail && *m.Intent < info.ReadableStart() {
+		// An earlier redrive got as far as its intent, and the data
+		// log was trimmed past the offset it meant to take: whether
+		// its append landed can no longer be read back. Appending
+		// again could write the record twice, so it is refused.
+		return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf(
+			"%s: an earlier redrive of dead-letter entry %d meant to append at data offset %d, which was trimmed since (floor %d): whether it landed cannot be read back, so the entry is not redriven again (read the record from the dead-letter log to append it by hand)",
+			req.Shard, req.Entry, *m.Intent, info.ReadableStart())}
+	}
+	if m.Intent != nil && *m.Intent < info.Tail {
+		// An earlier redrive got as far as its intent: did its append
+		// land?
+		r, ok, err := readAt(data, *m.Intent)
+		if err != nil {
+			return err
+		}
+		if ok && len(r.Headers) > 0 {
+			if h := r.Headers[len(r.Headers)-1]; h.Key == deadletter.RedriveHeader && string(h.Value) == mark {
+				return redriven(*m.Intent)
+			}
+		}
+	}
+	at := info.Tail
+	if m.Intent == nil || *m.Intent != at {
+		// A pending intent (at the data log's tail still) is reused;
+		// any other is replaced, within the bounds.
+		if *intents >= maxRedriveIntents && !s.opts.twin.unboundedRedrive {
+			return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: dead-letter entry %d: %d intents written, the most one redrive writes; retry",
+				req.Shard, req.Entry, *intents)}
+		}
+		if m.Intent != nil && ds.state.Superseded() >= s.opts.MaxDeadLetters && !s.opts.twin.unboundedRedrive {
+			return &wire.Error{Code: wire.CodeGroupLimit, Limit: uint64(s.opts.MaxDeadLetters), Message: fmt.Sprintf(
+				"%s: dead-letter entry %d: the dead-letter log holds %d redrive intents replaced after losing to other appends, its limit: nothing written; trim the dead-letter log (felix deadletter trim)",
+				req.Shard, req.Entry, ds.state.Superseded())}
+		}
+		rec, err := deadletter.EncodeRedrive(deadletter.EntryRedriving, deadletter.Redrive{Entry: req.Entry, DataOffset: at})
+		if err != nil {
+			return err
+		}
+		if _, err := ds.appendEntry(s, l, rec); err != nil {
+			return err
+		}
+		*intents++
+	}
+	dr, err := readCommitted(l, req.Entry, logstore.ReadOptions{MaxRecords: 1})
+	if err != nil {
+		return err
+	}
+	if len(dr.Records) == 0 || dr.Records[0].Offset != req.Entry {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: dead-letter entry %d not readable; retry", req.Shard, req.Entry)}
+	}
+	e, err := deadletter.DecodeEntry(dr.Records[0])
+	if err != nil || e.Record == nil {
+		return &wire.Error{Code: wire.CodeCorrupt, Offset: req.Entry, Message: fmt.Sprintf("dead-letter entry %d: %v", req.Entry, err)}
+	}
+	hs := append(append([]record.Header{}, e.Record.Headers...), record.Header{Key: deadletter.RedriveHeader, Value: []byte(mark)})
+	rec := record.Record{Kind: record.KindData, Epoch: s.opts.Epoch, Timestamp: s.opts.Now().UnixNano(), Headers: hs, Payload: e.Record.Payload}
+	if _, err := data.Append(s.storeCtx, []record.Record{rec}, &at); err != nil {
+		var om *record.OffsetMismatchError
+		if errors.As(err, &om) {
+			// Another append took the offset: the intent can no
+			// longer land; a new one is written on the next attempt.
+			return fmt.Errorf("%w: %w", errDataTailMoved, err)
+		}
+		return err
+	}
+	return redriven(at)
 }

@@ -250,7 +250,9 @@ type Options struct {
 	// dead-letter log holds above its floor; zero means
 	// DefaultMaxDeadLetters. A record due to be dead-lettered beyond it
 	// stays outstanding (and the leader logs it) until a DeadLetterTrim
-	// makes room.
+	// makes room. It also bounds the redrive intents above the floor that
+	// were replaced after losing their conditional append: a redrive that
+	// would replace one more is refused with GroupLimit [TR-10].
 	MaxDeadLetters int
 
 	// twin switches rules off; only this package's tests set it (the
@@ -269,6 +271,11 @@ type serverTwin struct {
 	// counter add is appended wherever the log's tail is, its value
 	// computed from a fold that may be stale.
 	unconditionalCounterAppend bool
+	// unboundedRedrive (the redrive's intent bounds off [TR-10]): a
+	// redrive writes a new intent after every lost conditional append,
+	// however many it wrote in the request and however many replaced
+	// intents the shard's dead-letter log holds.
+	unboundedRedrive bool
 }
 
 func (o Options) withDefaults() Options {

@@ -205,3 +205,20 @@ func joinLines(ss []string) string {
 	}
 	return out
 }
+
+// TestTR10Twin_UnboundedRedriveGrowsTheDeadLetterLog: with the redrive's
+// intent bounds off, a redrive that keeps losing its conditional append
+// writes an intent per lost attempt, within a request and across
+// requests, so the scenarios that bound the dead-letter log break.
+func TestTR10Twin_UnboundedRedriveGrowsTheDeadLetterLog(t *testing.T) {
+	for _, tc := range redriveBoundCases[:2] {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, intents := redriveRace(t, serverTwin{unboundedRedrive: true}, tc.maxDead, tc.races, tc.requests)
+			if broke := tc.check(errs, intents); len(broke) == 0 {
+				t.Fatalf("twin kept the bounds (answers %v, %d intents): the bounds are no longer shown load-bearing", errs, intents)
+			} else {
+				t.Logf("twin broke the bounds as expected: %v", broke)
+			}
+		})
+	}
+}

@@ -299,6 +299,9 @@ const (
 	OffID3   = "id3"   // Config.NoRestoreRotation
 	// OffCP1Fresh is placement.Twin.FreshnessFromRenewal.
 	OffCP1Fresh = "cp1fresh"
+	// OffRP6Logs is replication.Rules.CaughtUpDataLogOnly: caught up from
+	// the data log's cursor alone.
+	OffRP6Logs = "rp6-logs"
 	// OffID3Log prefixes a log's name (OffID3Log+"group", "id3-data",
 	// "id3-dead-letter", "id3-counter"): Config.LogOutsideDir for that log.
 	OffID3Log = "id3-"
@@ -326,6 +329,8 @@ func (c *Config) ParseOff(list string) error {
 			c.NoRestoreRotation = true
 		case OffCP1Fresh:
 			c.Placement.FreshnessFromRenewal = true
+		case OffRP6Logs:
+			c.Rules.CaughtUpDataLogOnly = true
 		default:
 			if l, ok := id3Log(name); ok {
 				c.LogOutsideDir[l] = true
@@ -360,6 +365,9 @@ func (c Config) Off() string {
 	}
 	if c.Placement.FreshnessFromRenewal {
 		out = append(out, OffCP1Fresh)
+	}
+	if c.Rules.CaughtUpDataLogOnly {
+		out = append(out, OffRP6Logs)
 	}
 	for _, l := range record.LogKinds {
 		if c.LogOutsideDir[l] {

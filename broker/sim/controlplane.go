@@ -26,6 +26,12 @@ type controlPlane struct {
 	reg    []registration
 	assign *placement.Assignment
 	report *placement.Report
+	// reportPos is the committed position per log (record.LogKinds order)
+	// of the core report cp.report was written from. Placement, like the
+	// FelixShard's status.report, sees only the data log's (Position); a
+	// follower the core calls caught up confirmed every log up to its
+	// position here [RP-6], which checkPromotion holds it to.
+	reportPos [numLogs]uint64
 	// waiting is the reason of the current wait streak ("" when none).
 	waiting string
 }
@@ -193,14 +199,28 @@ func renderCounted(m map[string]string) string {
 	return out + "}"
 }
 
-func renderReport(r *placement.Report) string {
+// renderReport renders a report placement reads, with the per-log
+// positions of the core report it was written from when any log but the
+// data log has records (placement reads the data log's only).
+func renderReport(r *placement.Report, core *replication.Report) string {
+	others := false
+	for _, l := range record.LogKinds {
+		others = others || l != record.LogData && core.Position[l] > 0
+	}
 	out := fmt.Sprintf("position=%d", r.Position)
-	for _, f := range r.Followers {
+	if others {
+		out += fmt.Sprintf(" logs=%v", core.Position)
+	}
+	for i, f := range r.Followers {
 		state := "behind"
 		if f.CaughtUp {
 			state = "caught-up"
 		}
-		out += fmt.Sprintf(" %s[id=%q %s confirmed=%d]", f.Broker, f.StorageID, state, f.Confirmed)
+		out += fmt.Sprintf(" %s[id=%q %s confirmed=%d", f.Broker, f.StorageID, state, f.Confirmed)
+		if others {
+			out += fmt.Sprintf(" logs=%v", core.Followers[i].Confirmed)
+		}
+		out += "]"
 	}
 	return out
 }

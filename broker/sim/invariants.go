@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+
 	"felix.dev/felix/broker/placement"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
@@ -85,13 +87,18 @@ func (s *simulation) check() {
 }
 
 // checkPromotion is [CP-3] from the ground truth: placement may promote a
-// follower only if it really holds every acknowledged data record below
-// the position of the report that called it caught up, and may re-promote
-// a restarted leader only if it still holds every record it acknowledged
-// under its current storage id; otherwise the shard must wait. (The new
-// leader's recovery copies the rest from a quorum.) Only a promotion the
-// broker can act on is checked: its process runs at the promoted
-// incarnation.
+// follower only if it really holds every acknowledged record below the
+// position of the report that called it caught up, on every log of the
+// shard, and may re-promote a restarted leader only if it still holds
+// every record it acknowledged under its current storage id; otherwise the
+// shard must wait. (The new leader's recovery copies the rest from a
+// quorum.) Placement reads only the data log's position of a report (as
+// the FelixShard's status.report carries), but the core calls a follower
+// caught up only once it confirmed every log up to that log's committed
+// position [RP-6]: each log is held to the position of the core report the
+// control plane's report was written from (controlPlane.reportPos). Only a
+// promotion the broker can act on is checked: its process runs at the
+// promoted incarnation.
 func (s *simulation) checkPromotion(d placement.Decision) {
 	n := s.nodeByName(d.Leader)
 	if n == nil || s.cp.assign == nil || !n.up || n.inc != d.LeaderIncarnation {
@@ -100,9 +107,9 @@ func (s *simulation) checkPromotion(d placement.Decision) {
 		return
 	}
 	restarted := d.Leader == s.cp.assign.Leader
-	var pos uint64
-	if rep := s.cp.report; rep != nil {
-		pos = rep.Position
+	var pos [numLogs]uint64
+	if s.cp.report != nil {
+		pos = s.cp.reportPos
 	}
 	for lk := range s.acked {
 		for i, rec := range s.acked[lk] {
@@ -110,14 +117,18 @@ func (s *simulation) checkPromotion(d placement.Decision) {
 			switch {
 			case restarted && (by.node != n.id || by.sid != n.sid):
 				continue
-			case !restarted && (lk != int(record.LogData) || rec.Offset >= pos):
+			case !restarted && rec.Offset >= pos[lk]:
 				continue
 			case rec.Offset < s.floor[lk]:
 				continue // trimmed: legitimately gone
 			}
 			if !n.vol.disk.holds(record.LogKind(lk), rec) {
-				s.failLog(InvPromotedIneligible, record.LogKind(lk), "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d (report position %d)",
-					n.id, d.Reason, d.Epoch, record.LogKind(lk), rec.Payload, rec.Offset, pos)
+				why := fmt.Sprintf("below the report's %s position %d", record.LogKind(lk), pos[lk])
+				if restarted {
+					why = fmt.Sprintf("which it acknowledged under its id %s", n.sid)
+				}
+				s.failLog(InvPromotedIneligible, record.LogKind(lk), "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d, %s",
+					n.id, d.Reason, d.Epoch, record.LogKind(lk), rec.Payload, rec.Offset, why)
 				return
 			}
 		}

@@ -99,8 +99,8 @@ func (s *simulation) takeReport(l *node, a *placement.Assignment) {
 	}
 	if w.due(s.now) {
 		if w.want.Epoch == a.Epoch && l.inc == a.LeaderIncarnation {
-			cp.report = placementReport(w.want, w.wantAt, s.stamp())
-			s.tracef("  control plane takes report of %s e%d: %s", l.id, w.want.Epoch, renderReport(cp.report))
+			cp.report, cp.reportPos = placementReport(w.want, w.wantAt, s.stamp()), w.want.Position
+			s.tracef("  control plane takes report of %s e%d: %s", l.id, w.want.Epoch, renderReport(cp.report, w.want))
 		}
 		w.wrote()
 	} else if w.dirty {

@@ -18,7 +18,7 @@ var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "replay this one seed with a full trace (0: run the range)")
 	flagKeep   = flag.String("sim.keep", "", "with -sim.seed: run only these events (a shrunk schedule, e.g. 0-4,9)")
 	flagTrace  = flag.Bool("sim.trace", false, "with -sim.seed: print the trace even when the seed passes")
-	flagOff    = flag.String("sim.off", "", "with -sim.seed: switch rules off (rp3,rp4,rp5,fence,cp1,cp1fresh,id3, rp3-<log>), as a twin does")
+	flagOff    = flag.String("sim.off", "", "with -sim.seed: switch rules off (rp3,rp4,rp5,rp6-logs,fence,cp1,cp1fresh,id3, id3-<log>), as a twin does")
 	flagLegacy = flag.Bool("sim.legacy", false, "with -sim.seed: about half the brokers are older builds without storage ids")
 	flagPrefer = flag.Bool("sim.preferred", false, "with -sim.seed: placement moves leadership to a preferred replica (TestSim_PreferredLeader)")
 	flagDrain  = flag.Bool("sim.drain", false, "with -sim.seed: one broker drains its leaderships (TestSim_LeaderDrain)")

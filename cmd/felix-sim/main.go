@@ -25,7 +25,7 @@ func main() {
 	steps := flag.Int("steps", 300, "events per seed")
 	seed := flag.Uint64("seed", 0, "run only this seed, with its trace")
 	keep := flag.String("keep", "", "with -seed: run only these events (e.g. 0-4,9)")
-	off := flag.String("off", "", "switch rules off: rp3,rp4,rp5,fence,cp1,cp1fresh,id3,id3-<log>")
+	off := flag.String("off", "", "switch rules off: rp3,rp4,rp5,rp6-logs,fence,cp1,cp1fresh,id3,id3-<log>")
 	propose := flag.String("propose", "", "send every proposal to these logs: data,group,dead-letter,counter (default: a mix)")
 	legacy := flag.Bool("legacy", false, "about half the brokers are older builds without storage ids")
 	trace := flag.Bool("trace", false, "with -seed: print the trace even when the seed passes")

@@ -147,7 +147,11 @@ func newDeadLetterRedriveCmd() *cobra.Command {
 the shard's data log, with its original headers and payload plus the
 header felix.redriven-from (E). A record is redriven once: redriving it
 again appends nothing and prints the offset of the first redrive with
-"already":true. Needs Append on the stream.
+"already":true. While other appends keep landing on the data log the
+redrive can lose its conditional append: after two tries it fails with
+Unavailable (retry), and once the shard's dead-letter log holds
+--max-dead-letters replaced redrive intents with GroupLimit (trim it).
+Needs Append on the stream.
 
 Prints {"entry":E,"offset":O,"already":false}: O is the record's offset in
 the data log.`,
@@ -196,7 +200,10 @@ func newDeadLetterTrimCmd() *cobra.Command {
 trim of the log on its tail, made by the shard's leader). A shard's
 dead-letter log holds at most --max-dead-letters records (felix broker,
 10000 by default): once full, records due to be dead-lettered stay
-outstanding in their group until a trim makes room. A floor at or below
+outstanding in their group until a trim makes room. The same number caps
+the redrive intents that replaced an earlier one after losing to other
+appends: beyond it a redrive is refused (GroupLimit) until a trim makes
+room. A floor at or below
 the log's floor changes nothing. Needs Trim on the stream.
 
 Prints {"floor":F}: the dead-letter log's floor after the trim.`,
