@@ -372,6 +372,12 @@ func (s *Server) redriveAttempt(ds *deadShard, l, data Log, req wire.DeadLetterR
 			return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: dead-letter entry %d: %d intents written, the most one redrive writes; retry",
 				req.Shard, req.Entry, *intents)}
 		}
+		if m.Intent != nil && ds.state.Superseded() >= s.opts.MaxDeadLetters && *intents > 0 && !s.opts.twin.unboundedRedrive {
+			// This request wrote an intent already: GroupLimit promises
+			// nothing was written, so the answer is a retry.
+			return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: dead-letter entry %d: the shard's redrive intents reached their limit after this redrive wrote one; retry later or trim",
+				req.Shard, req.Entry)}
+		}
 		if m.Intent != nil && ds.state.Superseded() >= s.opts.MaxDeadLetters && !s.opts.twin.unboundedRedrive {
 			return &wire.Error{Code: wire.CodeGroupLimit, Limit: uint64(s.opts.MaxDeadLetters), Message: fmt.Sprintf(
 				"%s: dead-letter entry %d: the dead-letter log holds %d redrive intents replaced after losing to other appends, its limit: nothing written; trim the dead-letter log (felix deadletter trim)",

@@ -107,6 +107,15 @@ func (s *simulation) checkPromotion(d placement.Decision) {
 		return
 	}
 	restarted := d.Leader == s.cp.assign.Leader
+	// The assigned leader may also be promoted on a report that calls it a
+	// caught-up follower (one an earlier leader wrote): then it is held
+	// to that report's positions as well as to its own acknowledgements.
+	viaReport := !restarted
+	for _, c := range d.Candidates {
+		if c.Broker == d.Leader && c.Verdict == placement.Eligible {
+			viaReport = true
+		}
+	}
 	var pos [numLogs]uint64
 	if s.cp.report != nil {
 		pos = s.cp.reportPos
@@ -114,17 +123,17 @@ func (s *simulation) checkPromotion(d placement.Decision) {
 	for lk := range s.acked {
 		for i, rec := range s.acked[lk] {
 			by := s.ackers[lk][i]
+			own := restarted && by.node == n.id && by.sid == n.sid
+			reported := viaReport && rec.Offset < pos[lk]
 			switch {
-			case restarted && (by.node != n.id || by.sid != n.sid):
-				continue
-			case !restarted && rec.Offset >= pos[lk]:
+			case !own && !reported:
 				continue
 			case rec.Offset < s.floor[lk]:
 				continue // trimmed: legitimately gone
 			}
 			if !n.vol.disk.holds(record.LogKind(lk), rec) {
 				why := fmt.Sprintf("below the report's %s position %d", record.LogKind(lk), pos[lk])
-				if restarted {
+				if own {
 					why = fmt.Sprintf("which it acknowledged under its id %s", n.sid)
 				}
 				s.failLog(InvPromotedIneligible, record.LogKind(lk), "placement promoted %s (%s) at e%d but it lacks acknowledged %s record %q at %d, %s",
