@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 )
