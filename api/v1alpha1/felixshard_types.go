@@ -97,6 +97,34 @@ type FollowerReport struct {
 	CaughtUp bool `json:"caughtUp"`
 }
 
+// MaxReportGroups is the most consumer groups a ShardReport lists; the
+// leader lists those with the largest lag and counts the rest in
+// GroupsOmitted.
+const MaxReportGroups = 16
+
+// MaxReportGroupNameLength is the longest group name a ShardReport lists
+// (the broker's default group name limit); a group with a longer name is
+// counted in GroupsOmitted instead.
+const MaxReportGroupNameLength = 256
+
+// GroupReport is one consumer group's position on the shard, as the
+// leader saw it when it wrote the report (TakenAt). It is informational:
+// placement never reads it.
+type GroupReport struct {
+	// Name is the consumer group.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+	// Committed is the group's committed offset: the next record its
+	// owner will be handed.
+	// +kubebuilder:validation:Minimum=0
+	Committed int64 `json:"committed"`
+	// Lag is how many records the group is behind the shard's tail:
+	// tail - Committed, zero when caught up.
+	// +kubebuilder:validation:Minimum=0
+	Lag int64 `json:"lag"`
+}
+
 // ShardReport is what the leader broker tells the control plane.
 type ShardReport struct {
 	// Leader is the broker that made the report.
@@ -136,6 +164,22 @@ type ShardReport struct {
 	// +listMapKey=name
 	// +optional
 	Followers []FollowerReport `json:"followers,omitempty"`
+	// Groups are the shard's consumer groups with their lag, as of
+	// TakenAt, the largest lag first: at most MaxReportGroups of them.
+	// They ride along with the report: a change of group positions alone
+	// does not make the leader write it (the live value is the
+	// felix_broker_group_lag_records metric and `felix groups`), and
+	// placement never reads them.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Groups []GroupReport `json:"groups,omitempty"`
+	// GroupsOmitted counts the shard's groups left out of Groups (beyond
+	// MaxReportGroups, or named longer than MaxReportGroupNameLength).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	GroupsOmitted int32 `json:"groupsOmitted,omitempty"`
 }
 
 // FelixShardStatus has two owners: the operator writes Assignment,

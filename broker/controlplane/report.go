@@ -37,13 +37,21 @@ type ReportOptions struct {
 	// MaxWritesPerSecond caps all of this writer's report writes (10 when
 	// zero); changes go before refreshes, oldest first.
 	MaxWritesPerSecond float64
+	// Groups, when set, is asked at each write for the consumer groups of
+	// the shard (by FelixShard name), which ride along like positions: a
+	// change of group positions never causes a write, each write carries
+	// those of its time (withGroups picks the ones listed). It runs on the
+	// writer's goroutine, holding up every other shard's write, so it must
+	// answer promptly and never wait for the shard's replication. An error
+	// writes the report with the groups it was Set with.
+	Groups func(shard string) ([]GroupPosition, error)
 }
 
 // ReportWriter writes the status.report of the shards this broker leads,
 // with server-side apply as FieldManager [RP-6]. It writes a report when
 // what placement reads changes (leader, incarnation, storage ids, epoch,
 // which followers are caught up) and otherwise only at the refresh
-// interval; positions ride along. A change of caught-up flags alone is
+// interval; positions and consumer groups ride along. A change of caught-up flags alone is
 // written once it has held for half a heartbeat interval: under load a
 // follower answers a little behind the committed position at one pass and
 // level with it at the next, and writing every such flip would cost up to
@@ -256,6 +264,13 @@ func (w *ReportWriter) write(ctx context.Context, shard string) {
 	rep := writtenReport(st.want, now)
 	sets := st.sets
 	w.mu.Unlock()
+	if w.opts.Groups != nil {
+		if ps, err := w.opts.Groups(shard); err != nil {
+			w.c.cfg.Log.V(1).Info("report written without fresh group positions", "shard", shard, "error", err.Error())
+		} else {
+			rep = withGroups(rep, ps)
+		}
+	}
 
 	body := map[string]any{
 		"apiVersion": felixv1.GroupVersion.String(),
@@ -302,7 +317,7 @@ func sameBesidesCaughtUp(a, b felixv1.ShardReport) bool { return sameReadings(a,
 
 // samePlacement compares what placement reads of two reports: leader,
 // incarnation, storage id, epoch and, per follower, storage id and caught
-// up. Positions and times do not count.
+// up. Positions, groups and times do not count.
 func samePlacement(a, b felixv1.ShardReport) bool { return sameReadings(a, b, true) }
 
 // sameReadings compares what placement reads of two reports, the

@@ -43,6 +43,11 @@ func TestRP6_SamePlacementIgnoresPositions(t *testing.T) {
 		{"epoch", func() felixv1.ShardReport { r := base; r.Epoch = 3; return r }(), false},
 		{"incarnation", func() felixv1.ShardReport { r := base; r.LeaderIncarnation = 4; return r }(), false},
 		{"leader id", func() felixv1.ShardReport { r := base; r.LeaderStorageID = "zz"; return r }(), false},
+		{"groups moved", func() felixv1.ShardReport {
+			r := base
+			r.Groups, r.GroupsOmitted = []felixv1.GroupReport{{Name: "billing", Committed: 3, Lag: 7}}, 2
+			return r
+		}(), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

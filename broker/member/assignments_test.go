@@ -9,6 +9,7 @@ import (
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 	"felix.dev/felix/broker/logstore"
+	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replica"
 )
 
@@ -39,5 +40,20 @@ func TestLogPolicy(t *testing.T) {
 				t.Fatalf("logPolicy = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A FelixShard name parses back to its shard, the index after the last
+// '-'; anything else is refused.
+func TestParseShardName(t *testing.T) {
+	for _, s := range []record.ShardID{{Stream: "orders", Shard: 0}, {Stream: "eu-orders-v2", Shard: 17}} {
+		if got, err := parseShardName(shardName(s)); err != nil || got != s {
+			t.Fatalf("parse(%q) = %v %v, want %v", shardName(s), got, err, s)
+		}
+	}
+	for _, bad := range []string{"orders", "-1", "orders-", "orders-x", "orders-99999999999"} {
+		if got, err := parseShardName(bad); err == nil {
+			t.Fatalf("parse(%q) = %v, want an error", bad, got)
+		}
 	}
 }

@@ -290,7 +290,17 @@ func Run(ctx context.Context, cfg Config) error {
 		decision = running.Decision()
 	}
 	storeReady.Store(store)
-	reports := cp.NewReportWriter(controlplane.ReportOptions{Refresh: cfg.ReportRefresh})
+	// Reports carry the consumer groups of the shards this broker leads,
+	// read from the client server's group folds at each write (none
+	// before it serves).
+	reports := cp.NewReportWriter(controlplane.ReportOptions{Refresh: cfg.ReportRefresh,
+		Groups: func(shard string) ([]controlplane.GroupPosition, error) {
+			s := srvReady.Load()
+			if s == nil {
+				return nil, errNotServing
+			}
+			return reportGroups(s, shard)
+		}})
 	reader, err := client.New(cfg.REST, client.Options{Scheme: controlplane.NewScheme()})
 	if err != nil {
 		_ = store.Close()

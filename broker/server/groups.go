@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"felix.dev/felix/broker/group"
@@ -51,6 +52,9 @@ type groupShard struct {
 	due   map[string]map[uint64]time.Time
 	gen   uint64
 	built bool
+	// lastLags is GroupLags' last reading of the fold, answered while a
+	// request holds mu (grouplags.go).
+	lastLags atomic.Pointer[[]GroupLag]
 }
 
 func (s *Server) groupShard(id record.ShardID) *groupShard {

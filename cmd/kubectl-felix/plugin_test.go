@@ -143,9 +143,10 @@ func (p *plugin) fixture(t *testing.T, ns string) {
 	p.create(t, serving, func() {
 		serving.Status.Assignment = &felixv1.Assignment{Leader: "demo-0", Epoch: 2, LeaderIncarnation: 1}
 		serving.Status.Report = &felixv1.ShardReport{Leader: "demo-0", LeaderIncarnation: 1, Epoch: 2, Position: 40, Committed: 40,
-			TakenAt: metav1.NewTime(now.Add(-time.Second)), Followers: []felixv1.FollowerReport{
+			TakenAt: metav1.NewTime(now.Add(-150 * time.Second)), Followers: []felixv1.FollowerReport{
 				{Name: "demo-1", StorageID: ids[1], Confirmed: 40, CaughtUp: true},
-				{Name: "demo-2", StorageID: "2c3d4e5f60718293a4b5c6d7e8f90a1b", Confirmed: 31, CaughtUp: false}}}
+				{Name: "demo-2", StorageID: "2c3d4e5f60718293a4b5c6d7e8f90a1b", Confirmed: 31, CaughtUp: false}},
+			Groups: []felixv1.GroupReport{{Name: "billing", Committed: 28, Lag: 12}, {Name: "audit", Committed: 40, Lag: 0}}, GroupsOmitted: 3}
 		serving.Status.CaughtUp = "2/3"
 		serving.Status.Conditions = []metav1.Condition{cond(felixv1.ConditionReady, "True", "LeaderReporting", "leader demo-0 serves at epoch 2"),
 			cond(felixv1.ConditionWaiting, "False", "LeaderAssigned", "the shard has an eligible leader")}

@@ -34,12 +34,15 @@ func newStatusCmd(connect func() (*env, error)) *cobra.Command {
 	var events int
 	cmd := &cobra.Command{
 		Use:   "status [CLUSTER]",
-		Short: "One screen of a FelixCluster: brokers, shards, waiting shards and recent events",
+		Short: "One screen of a FelixCluster: brokers, shards, consumer groups, waiting shards and recent events",
 		Long: `status shows, for the named FelixCluster (or every one in the namespace):
 its readiness and spec in brief; each broker's state, incarnation and
 storage id; each shard's leader, epoch and caught-up count, and whether it
-serves; why each waiting shard waits (the verdict per replica, as the
-operator wrote it); and the most recent events of the cluster's objects.`,
+serves; each shard's consumer groups with their lag, as of the leader's
+last report (its age is shown; the live lag is the broker's metric or
+felix groups); why each waiting shard waits (the verdict per replica, as
+the operator wrote it); and the most recent events of the cluster's
+objects.`,
 		Example: `  kubectl felix status
   kubectl felix status orders -n prod --events 20`,
 		Args: cobra.MaximumNArgs(1),
@@ -219,6 +222,12 @@ func (v *clusterView) render(w io.Writer, now time.Time, events int) error {
 	fmt.Fprintln(w, "\nShards")
 	if err := writeShards(w, v.shards); err != nil {
 		return err
+	}
+	if hasGroups(v.shards) {
+		fmt.Fprintln(w, "\nConsumer groups (lag as of each leader's last report; live: felix groups)")
+		if err := writeGroups(w, now, v.shards); err != nil {
+			return err
+		}
 	}
 	if len(waiting) > 0 {
 		fmt.Fprintln(w, "\nWaiting shards")
