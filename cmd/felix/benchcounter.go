@@ -98,6 +98,7 @@ func runCounterBench(ctx context.Context, f benchFlags, opts client.Options) (be
 		}
 	}
 	err = sleep(f.warmup)
+	brokerCPU0, brokerErr := brokerCPU(ctx, f.brokerHTTP)
 	clientCPU0 := processCPU()
 	measuring.Store(true)
 	start := time.Now()
@@ -107,6 +108,7 @@ func runCounterBench(ctx context.Context, f benchFlags, opts client.Options) (be
 	measuring.Store(false)
 	elapsed := time.Since(start)
 	clientCPU := processCPU() - clientCPU0
+	brokerCPU1, brokerErr1 := brokerCPU(ctx, f.brokerHTTP)
 	stopping.Store(true)
 	wg.Wait()
 	if err != nil {
@@ -130,6 +132,9 @@ func runCounterBench(ctx context.Context, f benchFlags, opts client.Options) (be
 		P50Ms: latencyMs(all, 0.50), P99Ms: latencyMs(all, 0.99), P999Ms: latencyMs(all, 0.999)}
 	if n > 0 {
 		res.ClientCPUMicros = clientCPU.Seconds() * 1e6 / float64(n)
+		if f.brokerHTTP != "" && brokerErr == nil && brokerErr1 == nil {
+			res.BrokerCPUMicros = (brokerCPU1 - brokerCPU0) * 1e6 / float64(n)
+		}
 	}
 	if grew := after - before; grew != acked.Load() {
 		return res, fmt.Errorf("counter %q grew by %d over %d shards, %d adds were acknowledged (%d failed)", f.counterKey, grew, len(shards), acked.Load(), errCount.Load())
