@@ -42,6 +42,9 @@ type benchFlags struct {
 	reads       bool
 	output      string
 	brokerHTTP  string
+	// counterKey, when set, makes every connection add 1 to this
+	// counter of its shard instead of appending (benchcounter.go).
+	counterKey string
 }
 
 // benchResult is what felix bench prints.
@@ -53,7 +56,12 @@ type benchResult struct {
 	Shards      int `json:"shards"`
 	// Routing: the appends went through a routing client (--bootstrap),
 	// each to its shard's leader.
-	Routing       bool    `json:"routing,omitempty"`
+	Routing bool `json:"routing,omitempty"`
+	// CounterKey is --counter-key: Records counts counter adds, and
+	// CounterAdds is every add acknowledged, warm-up included, which
+	// the counters were checked to have grown by.
+	CounterKey    string  `json:"counterKey,omitempty"`
+	CounterAdds   int64   `json:"counterAdds,omitempty"`
 	Seconds       float64 `json:"seconds"`
 	Records       int64   `json:"records"`
 	RecordsPerSec float64 `json:"recordsPerSec"`
@@ -75,7 +83,7 @@ type benchResult struct {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench (--broker HOST:PORT | --bootstrap HOST:PORT ...) [--shards N | --shard S ...] [--connections N] [--pipeline P] [--batch B] [--record-size S] [--duration D] [--reads]",
+		Use:   "bench (--broker HOST:PORT | --bootstrap HOST:PORT ...) [--shards N | --shard S ...] [--connections N] [--pipeline P] [--batch B] [--record-size S] [--duration D] [--reads | --counter-key K]",
 		Short: "Drive appends (and optionally reads) over the network and report throughput and latency",
 		Long: `Drive appends against a broker over N connections, each with P appends in
 flight at once (pipelining on the one connection), B records of S bytes per
@@ -94,10 +102,20 @@ routing client instead of one broker's connection: each connection is a
 routing client of its own, which learns the cluster's metadata and sends
 its shard's appends to that shard's leader (pipelined with
 Cluster.AppendAsync), so writers spread over shards led by several
-brokers reach all of them. --broker (the default) speaks to one broker.`,
+brokers reach all of them. --broker (the default) speaks to one broker.
+
+With --counter-key K every connection is a routing client (for --broker
+too, as felix counter add) that adds 1 to the counter K of its shard, one
+add at a time (Cluster.CounterAdd, idempotent), instead of appending;
+records/s is then acknowledged adds per second and the latency that of
+one add. After the run the counters must have grown by exactly the adds
+acknowledged (warm-up included), or the command fails. --pipeline and
+--batch must be 1 (the default --pipeline is taken as 1) and --reads is
+refused.`,
 		Example: `  felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 8 --batch 1 --record-size 1024 --duration 10s
   felix bench --broker 127.0.0.1:7100 --connections 16 --pipeline 4 --batch 16 --reads -o table
-  felix bench --bootstrap 10.0.0.1:7100 --bootstrap 10.0.0.2:7100 --stream bench --shards 4 --connections 16`,
+  felix bench --bootstrap 10.0.0.1:7100 --bootstrap 10.0.0.2:7100 --stream bench --shards 4 --connections 16
+  felix bench --bootstrap 10.0.0.1:7100 --stream bench --shard 0 --connections 8 --counter-key hits`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.connections < 1 || f.pipeline < 1 || f.batch < 1 || f.recordSize < 0 || f.duration <= 0 {
@@ -117,6 +135,12 @@ brokers reach all of them. --broker (the default) speaks to one broker.`,
 				}
 				f.shards = len(f.shardList)
 			}
+			if f.counterKey != "" {
+				if f.reads || f.batch != 1 || (cmd.Flags().Changed("pipeline") && f.pipeline != 1) {
+					return usageErr(cmd, errors.New("--counter-key takes --pipeline 1 and --batch 1, and no --reads"))
+				}
+				f.pipeline = 1
+			}
 			if f.output != "json" && f.output != "table" {
 				return usageErr(cmd, fmt.Errorf("unknown output format %q", f.output))
 			}
@@ -127,7 +151,17 @@ brokers reach all of them. --broker (the default) speaks to one broker.`,
 				return err // reported
 			}
 			f.routing = boot
-			res, err := runBench(cmd.Context(), f, opts)
+			run := runBench
+			if f.counterKey != "" {
+				if len(f.routing) == 0 {
+					// Only a routing client numbers counter adds (as
+					// felix counter add); a standalone broker lists no
+					// shards, so it serves them itself.
+					f.routing = []string{f.to.broker}
+				}
+				run = runCounterBench
+			}
+			res, err := run(cmd.Context(), f, opts)
 			if err != nil {
 				return reportErr(cmd, err)
 			}
@@ -154,6 +188,7 @@ brokers reach all of them. --broker (the default) speaks to one broker.`,
 	fl.BoolVar(&f.reads, "reads", false, "also read every shard in follow mode")
 	fl.StringVarP(&f.output, "output", "o", "json", "output format: json or table")
 	fl.StringVar(&f.brokerHTTP, "broker-http", "", "the broker's HTTP address: also report its CPU per record from /metrics")
+	fl.StringVar(&f.counterKey, "counter-key", "", "add 1 to this counter of each connection's shard, one add at a time, instead of appending; checks the counters grew by the adds acknowledged")
 	f.to.timeout = 30 * time.Second // of the kubeconfig lookup
 	f.to.registerTarget(cmd)
 	return cmd
@@ -336,16 +371,7 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	pct := func(p float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		i := int(p * float64(len(all)))
-		if i >= len(all) {
-			i = len(all) - 1
-		}
-		return float64(all[i]) / float64(time.Millisecond)
-	}
+	pct := func(p float64) float64 { return latencyMs(all, p) }
 	secs := elapsed.Seconds()
 	res := benchResult{Connections: f.connections, Pipeline: f.pipeline, Batch: f.batch, RecordSize: f.recordSize, Shards: f.shards, Routing: len(f.routing) > 0,
 		Seconds: secs, Records: records.Load(), Requests: requests.Load(), Errors: errCount.Load(),
@@ -361,6 +387,19 @@ func runBench(ctx context.Context, f benchFlags, opts client.Options) (benchResu
 		return res, firstErr
 	}
 	return res, nil
+}
+
+// latencyMs is the p-quantile of the sorted latencies all, in
+// milliseconds (0 for none).
+func latencyMs(all []time.Duration, p float64) float64 {
+	if len(all) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(all)))
+	if i >= len(all) {
+		i = len(all) - 1
+	}
+	return float64(all[i]) / float64(time.Millisecond)
 }
 
 // processCPU returns the user plus system CPU time this process used.

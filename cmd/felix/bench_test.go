@@ -9,13 +9,16 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"felix.dev/felix/broker/auth"
 	"felix.dev/felix/broker/client"
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/wire"
+	"felix.dev/felix/internal/pki"
 )
 
 // holdingBroker accepts connections, does the handshake and holds every
@@ -241,6 +244,52 @@ func TestBenchCommandAddressFlags(t *testing.T) {
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != exitUsage {
 			t.Fatalf("%q: %v, want a usage error; stderr %s", args, err, errOut.String())
+		}
+	}
+}
+
+// felix bench --counter-key adds to the counter of each connection's
+// shard through a routing client (for --broker too) and reports the adds;
+// the counters grew by exactly the adds acknowledged, which the command
+// checks and this test checks again. It refuses pipelining and reads.
+func TestBenchCounterAdds(t *testing.T) {
+	clearTLSEnv(t)
+	b := startTLSBroker(t)
+	b.table.Set("alice", "uid-alice", []auth.Grant{{Stream: "bench", Ops: []auth.Operation{auth.OpAppend, auth.OpRead}}})
+	alice := issueDir(t, b.ca, pki.Identity{Namespace: "ns", Cluster: "c", Kind: pki.KindUser, Name: "alice"})
+	as := func(args ...string) (string, error) {
+		return runFelix(t, append(args, "--broker", b.addr, "--stream", "bench", "--tls-dir", alice, "--cluster", "ns/c")...)
+	}
+	out, err := as("bench", "--shards", "2", "--connections", "3", "--counter-key", "hits", "--warmup", "50ms", "--duration", "200ms")
+	if err != nil {
+		t.Fatalf("bench --counter-key: %v\n%s", err, out)
+	}
+	var res benchResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if res.CounterKey != "hits" || res.Records == 0 || res.Errors != 0 || res.Shards != 2 || res.Pipeline != 1 || res.CounterAdds < res.Records {
+		t.Fatalf("result %+v", res)
+	}
+	var sum int64
+	for _, shard := range []string{"0", "1"} {
+		out, err := as("counter", "get", "--shard", shard, "--key", "hits")
+		if err != nil {
+			t.Fatalf("counter get: %v\n%s", err, out)
+		}
+		var g struct{ Value int64 }
+		if err := json.Unmarshal([]byte(out), &g); err != nil || g.Value == 0 {
+			t.Fatalf("counter get on shard %s printed %q (%v)", shard, out, err)
+		}
+		sum += g.Value
+	}
+	if sum != res.CounterAdds {
+		t.Fatalf("the counters sum to %d, bench acknowledged %d adds", sum, res.CounterAdds)
+	}
+	for _, extra := range [][]string{{"--pipeline", "4"}, {"--reads"}, {"--batch", "2"}} {
+		out, err := as(append([]string{"bench", "--counter-key", "hits", "--duration", "100ms"}, extra...)...)
+		if err == nil || !strings.Contains(out, "--counter-key takes") {
+			t.Fatalf("bench --counter-key %v printed %q (%v), want a usage error", extra, out, err)
 		}
 	}
 }

@@ -17,6 +17,14 @@
 // and acknowledged per second (the peer of Felix's BenchmarkConsumers in
 // test/e2e).
 //
+// With --counter-keys K it measures the peer's distributed counters
+// instead (counter.go): --publishers synchronous clients add 1 to one of K
+// counter subjects of a counter stream (AllowMsgCounter, header
+// Nats-Incr), printing one JSON object with the adds per second (as
+// records/s) and their latency, after checking that the counters' final
+// values sum to the adds acknowledged (the peer of Felix's
+// BenchmarkClusterCounterAdd in test/e2e).
+//
 // It is a separate module so that the product's go.mod does not depend on
 // NATS.
 package main
@@ -57,6 +65,9 @@ type config struct {
 	// instead of publishing (consume.go).
 	consumeRecords int
 	consumers      int
+	// counterKeys, when not zero, measures counter adds on that many
+	// counters instead of publishing (counter.go).
+	counterKeys int
 }
 
 type result struct {
@@ -96,7 +107,17 @@ func main() {
 	flag.BoolVar(&c.tls, "tls", false, "mutual TLS on client connections and cluster routes (certificates made here, ECDSA P-256, as Felix's)")
 	flag.IntVar(&c.consumeRecords, "consume-records", 0, "instead of publishing: preload this many messages over 4 subjects, then consume them with a durable pull consumer, with explicit acks and with ack-all, and print one JSON object per policy")
 	flag.IntVar(&c.consumers, "consumers", 4, "with --consume-records: fetchers sharing the consumer, one connection each")
+	flag.IntVar(&c.counterKeys, "counter-keys", 0, "instead of publishing: --publishers synchronous clients add 1 (header Nats-Incr) to one of this many counters of a counter stream, client i to counter i mod K; fails unless the counters end at the adds acknowledged")
 	flag.Parse()
+	if c.counterKeys > 0 {
+		res, err := runCounter(c)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "natsbench: %v\n", err)
+			os.Exit(1)
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(res)
+		return
+	}
 	if c.consumeRecords > 0 {
 		if err := runConsume(c); err != nil {
 			fmt.Fprintf(os.Stderr, "natsbench: %v\n", err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	felixv1 "felix.dev/felix/api/v1alpha1"
 )
@@ -48,6 +49,47 @@ func BenchmarkClusterQuorumAppend(b *testing.B) {
 				b.Run("routing", func(b *testing.B) {
 					cfg.run(b, c, tag+"-routing", append(c.bootstrapArgs(), args...))
 				})
+			})
+		}
+	}
+}
+
+// BenchmarkClusterCounterAdd measures counter adds in the shape of the
+// peer's counters (hack/natsbench --counter-keys): the three brokers of
+// BenchmarkClusterQuorumAppend with fsync on commit, one 3-replica Quorum
+// stream of four shards, and one `felix bench --counter-key` process
+// whose connections are routing clients, each adding 1 to the key on its
+// shard, one add at a time, for FELIX_CLUSTER_BENCH_DURATION after the
+// warm-up. "1shard" puts every connection on shard 0 (one counter, as the
+// peer with one key); "4shards" spreads them over the four shards (four
+// counters of one key, as the peer with four keys). records/s is adds
+// per second; felix bench fails unless the counters grew by exactly the
+// adds acknowledged. Every run adds to a new key. Run it with
+//
+//	go test -run XXX -bench ClusterCounterAdd -benchtime 1x ./test/e2e
+func BenchmarkClusterCounterAdd(b *testing.B) {
+	cfg := benchConfigFromEnv()
+	c := cfg.startCluster(b, felixv1.FsyncOnCommit)
+	const stream, shards = "bench-counters", 4
+	c.createStreamShards(b, stream, 3, shards)
+	for i := 0; i < shards; i++ {
+		c.eventually(fmt.Sprintf("a serving leader for %s-%d", stream, i), 90*time.Second, func() (bool, string) {
+			sh := c.shard(stream, i)
+			ok := sh != nil && sh.Status.Assignment != nil && sh.Status.Report != nil && sh.Status.Report.Epoch == sh.Status.Assignment.Epoch
+			return ok, shardState(sh)
+		})
+	}
+	run := 0
+	for _, layout := range []struct {
+		name   string
+		shards []string
+	}{{"1shard", []string{"--shard", "0"}}, {"4shards", []string{"--shards", fmt.Sprint(shards)}}} {
+		for _, clients := range []int{8, 16} {
+			b.Run(fmt.Sprintf("%s/clients%d", layout.name, clients), func(b *testing.B) {
+				run++
+				args := append(c.bootstrapArgs(), "--stream", stream, "--connections", fmt.Sprint(clients), "--pipeline", "1",
+					"--counter-key", fmt.Sprintf("bench-%d", run))
+				cfg.run(b, c, fmt.Sprintf("counter-%s-%d", layout.name, clients), append(args, layout.shards...))
 			})
 		}
 	}
