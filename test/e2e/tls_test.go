@@ -40,7 +40,7 @@ const adminUser = "e2e-admin"
 
 // adminPrefixes are the stream name prefixes the end-to-end tests use;
 // adminUser may do everything on them.
-var adminPrefixes = []string{"orders", "events", "bench", "sec-"}
+var adminPrefixes = []string{"orders", "events", "bench", "sec-", "tally"}
 
 // allOperations are the four stream operations.
 var allOperations = []felixv1.StreamOperation{felixv1.OperationAppend, felixv1.OperationRead,
