@@ -399,6 +399,10 @@ func (s *shard) apply(ev *event) {
 func (s *shard) handle(rd replication.Ready) error {
 	s.noteLoud(rd)
 	s.sendAll(rd.Messages)
+	// Encoded and queued (sendAll keeps no message): the core reuses
+	// the array for a later Ready's messages.
+	s.core.Recycle(rd.Messages)
+	rd.Messages = nil
 	s.cacheWrites(rd.Writes)
 	if hasReset(rd.Writes) {
 		for s.persisting > 0 || len(s.queued) > 0 {

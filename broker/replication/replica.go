@@ -55,6 +55,9 @@ type Replica struct {
 	// sends one request per log and follower [RP-4]; one allocation
 	// instead of one per doubling).
 	msgCap int
+	// spare is a message array handed back by Recycle: the messages of
+	// the next Ready are gathered in it instead of a new one.
+	spare []Message
 }
 
 const maxMsgCap = 64
@@ -427,10 +430,34 @@ func (r *Replica) Compacted(l record.LogKind, start uint64) {
 
 func (r *Replica) send(m Message) {
 	m.From = r.cfg.Self
-	if r.out.Messages == nil && r.msgCap > 1 {
-		r.out.Messages = make([]Message, 0, r.msgCap)
+	if r.out.Messages == nil {
+		switch {
+		case r.spare != nil:
+			r.out.Messages, r.spare = r.spare, nil
+		case r.msgCap > 1:
+			r.out.Messages = make([]Message, 0, r.msgCap)
+		}
 	}
 	r.out.Messages = append(r.out.Messages, m)
+}
+
+// Recycle hands back the Messages of a Ready the runtime is done with:
+// every message sent (or dropped) and copied wherever it is kept, so that
+// nothing, the Ready included, refers to the slice's array any more. The
+// core gathers the messages of a later Ready in that array instead of
+// allocating one per Ready (issue 31: an idle pass then allocates no
+// message slice). Calling it is optional; it changes where the core's
+// messages are stored, never what they are, so the core stays
+// deterministic. An array larger than a pass normally needs is not kept.
+func (r *Replica) Recycle(msgs []Message) {
+	if cap(msgs) == 0 || cap(msgs) > maxMsgCap {
+		return
+	}
+	if cap(r.out.Messages) > 0 && &r.out.Messages[:1][0] == &msgs[:1][0] {
+		return // the messages being gathered: not the caller's to give
+	}
+	clear(msgs) // drop what the messages point to (records, epochs)
+	r.spare = msgs[:0]
 }
 
 // HasReady reports whether Ready would return something.
