@@ -33,6 +33,10 @@ type Replica struct {
 
 	peers map[NodeID]*peer // every replica but Self
 	order []NodeID         // peers in replica-set order, for determinism
+	// list is peers in the order of order: the passes and the marks walk
+	// it, and a message's sender is found in it (peer), without hashing
+	// node names (a replica set has a handful of members).
+	list []*peer
 
 	// Leader and recovering state.
 	fenceOffset    [numLogs]uint64
@@ -130,6 +134,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		}
 		r.peers[n] = &peer{node: n}
 		r.order = append(r.order, n)
+		r.list = append(r.list, r.peers[n])
 	}
 	if !self {
 		return nil, fmt.Errorf("replication: Self %q is not in Replicas", cfg.Self)
@@ -256,7 +261,7 @@ func (r *Replica) Tick() {
 // handshake presenting storage id id ("" when the peer does not offer the
 // feature) [RP-2]. A leader starts an exchange with the peer at once.
 func (r *Replica) Connected(peerID NodeID, conn ConnID, id StorageID) {
-	p := r.peers[peerID]
+	p := r.peer(peerID)
 	if p == nil {
 		return
 	}
@@ -273,7 +278,7 @@ func (r *Replica) Connected(peerID NodeID, conn ConnID, id StorageID) {
 // Disconnected reports that connection conn to peer is gone. Later answers
 // over it are ignored.
 func (r *Replica) Disconnected(peerID NodeID, conn ConnID) {
-	if p := r.peers[peerID]; p != nil && p.conn == conn {
+	if p := r.peer(peerID); p != nil && p.conn == conn {
 		p.connOK = false
 	}
 }
@@ -282,7 +287,7 @@ func (r *Replica) Disconnected(peerID NodeID, conn ConnID) {
 // presented failed. The cursor is left alone [RP-3]; nothing from the peer
 // counts until a new Connected.
 func (r *Replica) LookupFailed(peerID NodeID) {
-	if p := r.peers[peerID]; p != nil {
+	if p := r.peer(peerID); p != nil {
 		p.connOK = false
 	}
 }
@@ -353,8 +358,8 @@ func (r *Replica) Propose(p Proposal) {
 		r.appendLocal(p.Log, recs)
 	}
 	r.pending[p.Log][mode] = append(r.pending[p.Log][mode], ack)
-	for _, n := range r.order {
-		r.ship(r.peers[n], p.Log)
+	for _, pr := range r.list {
+		r.ship(pr, p.Log)
 	}
 	r.updateMarks(p.Log)
 }
@@ -420,8 +425,8 @@ func (r *Replica) Compacted(l record.LogKind, start uint64) {
 		return
 	}
 	v.compact(start)
-	for _, n := range r.order {
-		c := &r.peers[n].cursors[l]
+	for _, p := range r.list {
+		c := &p.cursors[l]
 		if c.next < start {
 			c.next = start
 		}
@@ -458,6 +463,16 @@ func (r *Replica) Recycle(msgs []Message) {
 	}
 	clear(msgs) // drop what the messages point to (records, epochs)
 	r.spare = msgs[:0]
+}
+
+// peer returns the peer n, nil if n is not one (Self included).
+func (r *Replica) peer(n NodeID) *peer {
+	for _, p := range r.list {
+		if p.node == n {
+			return p
+		}
+	}
+	return nil
 }
 
 // HasReady reports whether Ready would return something.
@@ -506,7 +521,7 @@ func (r *Replica) Advance(rd Ready) {
 // arrived on. Messages for another replica, of an unknown type or from
 // outside the replica set are ignored.
 func (r *Replica) Step(m Message) {
-	if m.To != r.cfg.Self || r.peers[m.From] == nil || int(m.Log) >= numLogs {
+	if m.To != r.cfg.Self || r.peer(m.From) == nil || int(m.Log) >= numLogs {
 		return
 	}
 	switch m.Type {
