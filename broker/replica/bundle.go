@@ -112,5 +112,5 @@ func (s *shard) sendBundle(oc *outConn) {
 	if pc == nil {
 		return // the connection is gone; the leader asks again
 	}
-	pc.Send(wire.Frame{Type: peer.FrameType(oc.ms[0].Msg.Type), Body: b[wire.FrameHeaderSize:]})
+	pc.SendFrame(b) // built whole: no copy
 }

@@ -565,10 +565,10 @@ func (s *shard) sendOne(msg replication.Message) {
 	if pc == nil {
 		return // the connection is gone; the leader asks again
 	}
-	f, err := peer.Encode(s.id, msg)
+	b, err := peer.AppendFrame(nil, s.id, msg)
 	if err != nil {
 		s.m.o.Logger.Error(err, "cannot encode replication message", "shard", s.id.String())
 		return
 	}
-	pc.Send(f)
+	pc.SendFrame(b) // built whole: no copy
 }

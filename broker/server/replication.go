@@ -44,6 +44,11 @@ type PeerConn interface {
 	// felix_broker_peer_sends_dropped_total; the replication core treats
 	// it as lost on the network and asks again).
 	Send(f wire.Frame) bool
+	// SendFrame is Send of a frame already encoded whole (header and
+	// body, as wire.AppendFrame builds it), without copying it: the
+	// connection owns frame from then on, and the caller must not touch
+	// it again.
+	SendFrame(frame []byte) bool
 	// Done is closed when the connection stops reading (peer gone,
 	// violation, drain); Send reports false from then on.
 	Done() <-chan struct{}
@@ -87,8 +92,14 @@ func (p *peerConn) Send(f wire.Frame) bool {
 	if p.shut.Load() {
 		return false
 	}
+	return p.SendFrame(wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(f.Body)), f))
+}
+
+func (p *peerConn) SendFrame(b []byte) bool {
+	if p.shut.Load() {
+		return false
+	}
 	o := &p.c.s.opts
-	b := wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(f.Body)), f)
 	n := int64(len(b))
 	if p.queued.Add(n) > o.PeerQueueBytes {
 		p.queued.Add(-n)
