@@ -84,8 +84,15 @@ func AppendBundleFrame(dst []byte, ms []Shipped) ([]byte, error) {
 // (ErrMalformed) and nothing is appended. Record payloads and header
 // values alias f.Body; each message's Conn is zero.
 func DecodeFrame(f wire.Frame, dst []Shipped) ([]Shipped, error) {
+	return DecodeFrameNames(f, dst, nil)
+}
+
+// DecodeFrameNames is DecodeFrame taking the stream and node names of the
+// messages from names (which keeps those it has not seen, see Names)
+// instead of allocating them anew for every message; names may be nil.
+func DecodeFrameNames(f wire.Frame, dst []Shipped, names *Names) ([]Shipped, error) {
 	if len(f.Body) == 0 || f.Body[0] != bundleVersion {
-		shard, m, err := Decode(f)
+		shard, m, err := decode(f, names)
 		if err != nil {
 			return dst, err
 		}
@@ -111,7 +118,7 @@ func DecodeFrame(f wire.Frame, dst []Shipped) ([]Shipped, error) {
 			d.Fail("bundle entry of version %d", body[0])
 			break
 		}
-		shard, m, err := Decode(wire.Frame{Type: f.Type, Body: body})
+		shard, m, err := decode(wire.Frame{Type: f.Type, Body: body}, names)
 		if err != nil {
 			d.Err = fmt.Errorf("bundle entry %d: %w", i, err)
 			break

@@ -384,6 +384,7 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 	br := bufio.NewReaderSize(c.nc, 256<<10)
 	var got []Shipped // the messages of the frame read last
 	var run []replication.Message
+	var names Names // this connection's names, decoded once
 	for {
 		f, err := wire.ReadFrame(br, p.o.MaxFrameSize)
 		if err != nil {
@@ -394,7 +395,7 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			log.Info("peer refused replication", "error", fmt.Sprint(e))
 			break
 		}
-		got, err = DecodeFrame(f, got[:0])
+		got, err = DecodeFrameNames(f, got[:0], &names)
 		if err != nil {
 			log.Info("bad replication frame; dropping connection", "error", err.Error())
 			break
