@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -385,8 +386,10 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 	var got []Shipped // the messages of the frame read last
 	var run []replication.Message
 	var names Names // this connection's names, decoded once
+	var spare []byte // the last frame's body, when nothing decoded from it is kept
 	for {
-		f, err := wire.ReadFrame(br, p.o.MaxFrameSize)
+		f, err := readFrame(br, p.o.MaxFrameSize, spare)
+		spare = nil
 		if err != nil {
 			break
 		}
@@ -412,10 +415,54 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 				p.o.Events.Message(got[i].Shard, m)
 			}
 		}
+		if aliasFree(got) && cap(f.Body) <= maxSpareBody {
+			// Nothing handed on refers to the body (answers without
+			// records: what an idle pass gets back), so the next
+			// frame is read into it.
+			spare = f.Body[:0]
+		}
 		clear(got) // drop what the messages point to (frame bodies)
 	}
 	c.kill()
 	<-done
+}
+
+// maxSpareBody bounds the body a connection's reader keeps for the next
+// frame (wire.ReadFrameBody allocates at most this much before a body's
+// bytes arrive).
+const maxSpareBody = 64 << 10
+
+// readFrame is wire.ReadFrame reading the body into spare when it fits
+// (spare is then the caller's no longer: the frame owns it).
+func readFrame(br *bufio.Reader, max uint32, spare []byte) (wire.Frame, error) {
+	h, err := wire.ReadFrameHeader(br, max)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	n := h.BodyLen()
+	if n <= 0 || n > cap(spare) {
+		return wire.ReadFrameBody(br, h)
+	}
+	body := spare[:n]
+	if _, err := io.ReadFull(br, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return wire.Frame{}, err
+	}
+	return wire.Frame{Type: h.Type, ReqID: h.ReqID, Body: body}, nil
+}
+
+// aliasFree reports whether no decoded message refers to its frame's
+// body: only records (payloads, header values) do; names, epochs and the
+// rest are copied out.
+func aliasFree(got []Shipped) bool {
+	for i := range got {
+		if len(got[i].Msg.Records) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // deliverRuns hands be the answers of got, each run of consecutive answers
