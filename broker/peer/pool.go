@@ -154,6 +154,7 @@ type liveConn struct {
 	feats  wire.Features // accepted by the peer's HelloOK
 	nc     net.Conn
 	out    chan []byte
+	free   chan []byte  // written frames' buffers for Buffer (the writer fills it)
 	queued atomic.Int64 // bytes in out
 	once   sync.Once
 	close  chan struct{}
@@ -235,7 +236,9 @@ func (p *Pool) Bundles(node replication.NodeID, conn replication.ConnID) bool {
 // Send queues a complete frame (as AppendFrame builds it) on connection
 // conn to node. It reports false, sending nothing, when conn is not the
 // peer's current connection. A full queue drops the connection (the peer
-// sees Disconnected and a new connection) rather than skip a frame.
+// sees Disconnected and a new connection) rather than skip a frame. The
+// pool owns frame from then on (Buffer may hand it out again once
+// written): the caller must not touch it again.
 func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []byte) bool {
 	p.mu.Lock()
 	l := p.links[node]
@@ -261,6 +264,38 @@ func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []by
 		p.o.Logger.Info("replication queue full; dropping connection", "peer", node, "conn", conn)
 		c.kill()
 		return false
+	}
+}
+
+// freeFrames is how many written frames a connection keeps for Buffer,
+// and maxFreeFrame the largest it keeps (an idle pass's bundles are a few
+// hundred bytes).
+const (
+	freeFrames   = 16
+	maxFreeFrame = 4 << 10
+)
+
+// Buffer returns an empty buffer, from a frame connection conn to node has
+// finished writing, to build a frame for Send in, or nil when there is
+// none (or conn is not node's current connection). It is the caller's
+// alone: the writer gave it up (issue 31: an idle shard's requests reuse
+// their frames' memory).
+func (p *Pool) Buffer(node replication.NodeID, conn replication.ConnID) []byte {
+	p.mu.Lock()
+	l := p.links[node]
+	var c *liveConn
+	if l != nil && l.cur != nil && l.cur.id == conn {
+		c = l.cur
+	}
+	p.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case b := <-c.free:
+		return b
+	default:
+		return nil
 	}
 }
 
@@ -363,6 +398,13 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			}
 			_, err := bw.Write(b)
 			c.queued.Add(-int64(len(b)))
+			if cap(b) <= maxFreeFrame {
+				// Copied into bw or written: Buffer may hand it out.
+				select {
+				case c.free <- b[:0]:
+				default:
+				}
+			}
 			if err != nil {
 				c.kill()
 				return
@@ -385,7 +427,7 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 	br := bufio.NewReaderSize(c.nc, 256<<10)
 	var got []Shipped // the messages of the frame read last
 	var run []replication.Message
-	var names Names // this connection's names, decoded once
+	var names Names  // this connection's names, decoded once
 	var spare []byte // the last frame's body, when nothing decoded from it is kept
 	for {
 		f, err := readFrame(br, p.o.MaxFrameSize, spare)

@@ -285,7 +285,8 @@ func (fetchEcho) ServeReplication(pc server.PeerConn, f wire.Frame) {
 
 // The pool's reader reads a frame into the last one's body only when
 // nothing decoded from that body was handed on: records handed to Events
-// keep their payloads whatever frames follow.
+// keep their payloads whatever frames follow. The frames sent are handed
+// out again by Buffer once written.
 func TestPoolReaderKeepsBodiesHandedOn(t *testing.T) {
 	_, addr := serve(t, server.Options{StorageID: followerID, Replication: fetchEcho{}, InsecurePeersOnClientPort: true})
 	rec := &recorder{}
@@ -304,6 +305,16 @@ func TestPoolReaderKeepsBodiesHandedOn(t *testing.T) {
 		p.Send("b", conn, b)
 	}
 	waitFor(t, "answers", func() bool { return len(rec.snapshot().msgs) == passes })
+	// The requests are written: Buffer hands their buffers out, empty,
+	// for the current connection only.
+	if b := p.Buffer("b", conn+1); b != nil {
+		t.Fatalf("Buffer for a connection that is not the current one: %d bytes of capacity", cap(b))
+	}
+	for range passes {
+		if b := p.Buffer("b", conn); b == nil || len(b) != 0 {
+			t.Fatalf("Buffer after the frames were written: %v", b)
+		}
+	}
 	for i, m := range rec.snapshot().msgs {
 		if m.Pass != uint64(i+1) {
 			t.Fatalf("answer %d: pass %d", i, m.Pass)
