@@ -269,10 +269,11 @@ func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []by
 
 // freeFrames is how many written frames a connection keeps for Buffer,
 // and maxFreeFrame the largest it keeps (an idle pass's bundles are a few
-// hundred bytes).
+// hundred bytes; a pass sends one to a peer for every shard this broker
+// leads, in a burst, so the writer keeps about as many: at most 256 KiB).
 const (
-	freeFrames   = 16
-	maxFreeFrame = 4 << 10
+	freeFrames   = 128
+	maxFreeFrame = 2 << 10
 )
 
 // Buffer returns an empty buffer, from a frame connection conn to node has

@@ -33,10 +33,12 @@ type outFrame struct {
 
 // freeFrames is how many written replication frames a peer connection
 // keeps for PeerConn.Buffer, and maxFreeFrame the largest it keeps (an
-// idle pass's bundles are a few hundred bytes).
+// idle pass's bundles are a few hundred bytes; a pass answers one for
+// every shard the peer leads, in a burst, so the writer keeps about as
+// many: at most 256 KiB).
 const (
-	freeFrames   = 16
-	maxFreeFrame = 4 << 10
+	freeFrames   = 128
+	maxFreeFrame = 2 << 10
 )
 
 // conn is one client connection: a reader goroutine that decodes frames and
