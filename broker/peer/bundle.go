@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
@@ -50,9 +51,7 @@ func AppendBundleFrame(dst []byte, ms []Shipped) ([]byte, error) {
 		}
 	}
 	start := len(dst)
-	if dst == nil {
-		dst = make([]byte, 0, 3+len(ms)*100)
-	}
+	dst = slices.Grow(dst, 3+len(ms)*100)
 	dst = wire.AppendFrame(dst, wire.Frame{Type: ft})
 	dst = append(dst, bundleVersion)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(ms)))

@@ -467,15 +467,23 @@ func TestDecodeFrameNamesInterns(t *testing.T) {
 	if n := testing.AllocsPerRun(50, func() { _, _ = DecodeFrame(f, buf[:0]) }); n < float64(len(ms)) {
 		t.Fatalf("%v allocations per bundle without names: the test no longer shows the difference", n)
 	}
-	// Past its bound a Names still decodes every name, allocating.
+	// Past its bound a Names still decodes every name, holds no more
+	// than the bound, and starts over (junk names cannot switch
+	// interning off for good).
 	var full Names
 	for i := range maxNames + 10 {
 		s := full.get([]byte(fmt.Sprintf("stream-%d", i)))
 		if s != fmt.Sprintf("stream-%d", i) {
 			t.Fatalf("name %d decoded as %q", i, s)
 		}
+		if len(full.m) > maxNames {
+			t.Fatalf("Names holds %d names, bound %d", len(full.m), maxNames)
+		}
 	}
-	if len(full.m) != maxNames {
-		t.Fatalf("Names holds %d names, bound %d", len(full.m), maxNames)
+	if len(full.m) != 10 {
+		t.Fatalf("Names holds %d names after 10 past its bound, want 10 (started over)", len(full.m))
+	}
+	if n := testing.AllocsPerRun(20, func() { _ = full.get([]byte("stream-260")) }); n != 0 {
+		t.Fatalf("a name learned after starting over allocates %v times, want 0", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"felix.dev/felix/broker/internal/fields"
 	"felix.dev/felix/broker/record"
@@ -74,9 +75,7 @@ func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byt
 		return nil, fmt.Errorf("%w: message type %d", ErrMalformed, m.Type)
 	}
 	start := len(dst)
-	if dst == nil {
-		dst = make([]byte, 0, 96+encodedRecordsLen(m.Records))
-	}
+	dst = slices.Grow(dst, 96+encodedRecordsLen(m.Records))
 	e := enc{b: wire.AppendFrame(dst, wire.Frame{Type: FrameType(m.Type)})}
 	e.u8(codecVersion)
 	e.str(shard.Stream)
@@ -320,7 +319,7 @@ func (d *dec) name(what string) string {
 
 // maxNames bounds the names one Names holds: a connection carries a
 // cluster's node names and the streams of the shards it replicates;
-// names past the bound are decoded as new strings every time.
+// past the bound it starts over.
 const maxNames = 256
 
 // Names interns the stream and node names decoded from one connection's
@@ -339,9 +338,13 @@ func (n *Names) get(b []byte) string {
 	if n.m == nil {
 		n.m = make(map[string]string)
 	}
-	if len(n.m) < maxNames {
-		n.m[s] = s
+	if len(n.m) >= maxNames {
+		// Full (names are interned before the message is validated, so
+		// a peer sending junk could fill it): start over rather than
+		// stop interning for the connection's life.
+		clear(n.m)
 	}
+	n.m[s] = s
 	return s
 }
 

@@ -454,6 +454,8 @@ func (r *Replica) send(m Message) {
 // message slice). Calling it is optional; it changes where the core's
 // messages are stored, never what they are, so the core stays
 // deterministic. An array larger than a pass normally needs is not kept.
+// Call it at most once per Ready: a second call could hand the core an
+// array a later Ready is still being sent from.
 func (r *Replica) Recycle(msgs []Message) {
 	if cap(msgs) == 0 || cap(msgs) > maxMsgCap {
 		return
@@ -461,7 +463,8 @@ func (r *Replica) Recycle(msgs []Message) {
 	if cap(r.out.Messages) > 0 && &r.out.Messages[:1][0] == &msgs[:1][0] {
 		return // the messages being gathered: not the caller's to give
 	}
-	clear(msgs) // drop what the messages point to (records, epochs)
+	msgs = msgs[:cap(msgs)]
+	clear(msgs) // drop what the messages point to (records, epochs), beyond len too
 	r.spare = msgs[:0]
 }
 
