@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"felix.dev/felix/broker/record"
 	"felix.dev/felix/broker/replication"
@@ -50,9 +51,7 @@ func AppendBundleFrame(dst []byte, ms []Shipped) ([]byte, error) {
 		}
 	}
 	start := len(dst)
-	if dst == nil {
-		dst = make([]byte, 0, 3+len(ms)*100)
-	}
+	dst = slices.Grow(dst, 3+len(ms)*100)
 	dst = wire.AppendFrame(dst, wire.Frame{Type: ft})
 	dst = append(dst, bundleVersion)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(ms)))
@@ -84,8 +83,15 @@ func AppendBundleFrame(dst []byte, ms []Shipped) ([]byte, error) {
 // (ErrMalformed) and nothing is appended. Record payloads and header
 // values alias f.Body; each message's Conn is zero.
 func DecodeFrame(f wire.Frame, dst []Shipped) ([]Shipped, error) {
+	return DecodeFrameNames(f, dst, nil)
+}
+
+// DecodeFrameNames is DecodeFrame taking the stream and node names of the
+// messages from names (which keeps those it has not seen, see Names)
+// instead of allocating them anew for every message; names may be nil.
+func DecodeFrameNames(f wire.Frame, dst []Shipped, names *Names) ([]Shipped, error) {
 	if len(f.Body) == 0 || f.Body[0] != bundleVersion {
-		shard, m, err := Decode(f)
+		shard, m, err := decode(f, names)
 		if err != nil {
 			return dst, err
 		}
@@ -111,7 +117,7 @@ func DecodeFrame(f wire.Frame, dst []Shipped) ([]Shipped, error) {
 			d.Fail("bundle entry of version %d", body[0])
 			break
 		}
-		shard, m, err := Decode(wire.Frame{Type: f.Type, Body: body})
+		shard, m, err := decode(wire.Frame{Type: f.Type, Body: body}, names)
 		if err != nil {
 			d.Err = fmt.Errorf("bundle entry %d: %w", i, err)
 			break

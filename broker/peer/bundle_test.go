@@ -426,3 +426,64 @@ func TestPoolHandsBatchEventsRunsPerShard(t *testing.T) {
 		t.Fatalf("%d answers went through Message", n)
 	}
 }
+
+// DecodeFrameNames decodes what DecodeFrame decodes, and once a
+// connection's names are held it allocates none for them: a bundle of an
+// idle pass (four empty Appends of one shard) decodes with no allocation
+// left but the frame's own.
+func TestDecodeFrameNamesInterns(t *testing.T) {
+	var ms []Shipped
+	for _, l := range record.LogKinds {
+		ms = append(ms, Shipped{Shard: otherShard, Msg: replication.Message{Type: replication.MsgAppend,
+			From: "broker-a", To: "broker-b", Epoch: 3, Pass: 9, Log: l, Index: 13, PrevEpoch: 3, Commit: 13}})
+	}
+	b, err := AppendBundleFrame(nil, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := wire.Frame{Type: wire.MsgShip, Body: b[wire.FrameHeaderSize:]}
+	plain, err := DecodeFrame(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names Names
+	buf := make([]Shipped, 0, len(ms))
+	for i := range 2 {
+		got, err := DecodeFrameNames(f, buf[:0], &names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(plain, got, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("decode %d with names (-plain +named):\n%s", i, d)
+		}
+	}
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := DecodeFrameNames(f, buf[:0], &names); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per bundle with its names held, want 0", n)
+	}
+	if n := testing.AllocsPerRun(50, func() { _, _ = DecodeFrame(f, buf[:0]) }); n < float64(len(ms)) {
+		t.Fatalf("%v allocations per bundle without names: the test no longer shows the difference", n)
+	}
+	// Past its bound a Names still decodes every name, holds no more
+	// than the bound, and starts over (junk names cannot switch
+	// interning off for good).
+	var full Names
+	for i := range maxNames + 10 {
+		s := full.get([]byte(fmt.Sprintf("stream-%d", i)))
+		if s != fmt.Sprintf("stream-%d", i) {
+			t.Fatalf("name %d decoded as %q", i, s)
+		}
+		if len(full.m) > maxNames {
+			t.Fatalf("Names holds %d names, bound %d", len(full.m), maxNames)
+		}
+	}
+	if len(full.m) != 10 {
+		t.Fatalf("Names holds %d names after 10 past its bound, want 10 (started over)", len(full.m))
+	}
+	if n := testing.AllocsPerRun(20, func() { _ = full.get([]byte("stream-260")) }); n != 0 {
+		t.Fatalf("a name learned after starting over allocates %v times, want 0", n)
+	}
+}

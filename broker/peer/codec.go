@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"felix.dev/felix/broker/internal/fields"
 	"felix.dev/felix/broker/record"
@@ -74,9 +75,7 @@ func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byt
 		return nil, fmt.Errorf("%w: message type %d", ErrMalformed, m.Type)
 	}
 	start := len(dst)
-	if dst == nil {
-		dst = make([]byte, 0, 96+encodedRecordsLen(m.Records))
-	}
+	dst = slices.Grow(dst, 96+encodedRecordsLen(m.Records))
 	e := enc{b: wire.AppendFrame(dst, wire.Frame{Type: FrameType(m.Type)})}
 	e.u8(codecVersion)
 	e.str(shard.Stream)
@@ -146,13 +145,20 @@ func AppendFrame(dst []byte, shard record.ShardID, m replication.Message) ([]byt
 // values alias f.Body. The returned message's Conn is zero; the receiver
 // sets it.
 func Decode(f wire.Frame) (record.ShardID, replication.Message, error) {
+	return decode(f, nil)
+}
+
+// decode is Decode, taking the stream and node names from names when it
+// is not nil.
+func decode(f wire.Frame, names *Names) (record.ShardID, replication.Message, error) {
 	d := newDec(f.Body)
+	d.names = names
 	if v := d.U8("version"); d.Err == nil && v != codecVersion {
 		d.Fail("version %d, want %d", v, codecVersion)
 	}
 	var shard record.ShardID
 	var m replication.Message
-	shard.Stream = d.str("stream")
+	shard.Stream = d.name("stream")
 	if d.Err == nil && wire.CheckStreamName(shard.Stream) != nil {
 		d.Fail("stream name %q outside the protocol's set", shard.Stream)
 	}
@@ -164,8 +170,8 @@ func Decode(f wire.Frame) (record.ShardID, replication.Message, error) {
 	if d.Err == nil && FrameType(m.Type) != f.Type {
 		d.Fail("%s in a %s frame", m.Type, f.Type)
 	}
-	m.From = replication.NodeID(d.str("from"))
-	m.To = replication.NodeID(d.str("to"))
+	m.From = replication.NodeID(d.name("from"))
+	m.To = replication.NodeID(d.name("to"))
 	m.Epoch = d.U64("epoch")
 	m.Pass = d.U64("pass")
 	m.Log = record.LogKind(d.U8("log"))
@@ -281,9 +287,12 @@ func (e *enc) records(recs []record.Record) error {
 
 // dec reads big-endian fields with a sticky error (fields.Decoder) plus
 // the replication frames' compound fields.
-type dec struct{ fields.Decoder }
+type dec struct {
+	fields.Decoder
+	names *Names // nil: every name is a new string
+}
 
-func newDec(b []byte) dec { return dec{fields.Decoder{B: b, Malformed: ErrMalformed}} }
+func newDec(b []byte) dec { return dec{Decoder: fields.Decoder{B: b, Malformed: ErrMalformed}} }
 
 func (d *dec) str(what string) string {
 	n := int(d.U16(what))
@@ -292,6 +301,51 @@ func (d *dec) str(what string) string {
 		return ""
 	}
 	return string(d.Take(n, what))
+}
+
+// name reads a stream or node name (as str), from d.names when it holds
+// it.
+func (d *dec) name(what string) string {
+	if d.names == nil {
+		return d.str(what)
+	}
+	n := int(d.U16(what))
+	if d.Err == nil && n > maxNameLen {
+		d.Fail("%s of %d bytes", what, n)
+		return ""
+	}
+	return d.names.get(d.Take(n, what))
+}
+
+// maxNames bounds the names one Names holds: a connection carries a
+// cluster's node names and the streams of the shards it replicates;
+// past the bound it starts over.
+const maxNames = 256
+
+// Names interns the stream and node names decoded from one connection's
+// frames (DecodeFrameNames): a connection carries the same few names
+// frame after frame, and each decoded message would otherwise hold new
+// copies of them (issue 31: three allocations per idle message). The zero
+// value is ready; it is not safe for concurrent use (one per reading
+// goroutine).
+type Names struct{ m map[string]string }
+
+func (n *Names) get(b []byte) string {
+	if s, ok := n.m[string(b)]; ok { // no allocation for the look-up
+		return s
+	}
+	s := string(b)
+	if n.m == nil {
+		n.m = make(map[string]string)
+	}
+	if len(n.m) >= maxNames {
+		// Full (names are interned before the message is validated, so
+		// a peer sending junk could fill it): start over rather than
+		// stop interning for the connection's life.
+		clear(n.m)
+	}
+	n.m[s] = s
+	return s
 }
 
 // count reads a u32 count of items of at least size bytes each and refuses

@@ -52,6 +52,7 @@ func (p *Pool) connect(ctx context.Context, node replication.NodeID) (*liveConn,
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return &liveConn{id: p.o.ConnIDs.Next(), sid: sid, feats: feats, nc: nc, out: make(chan []byte, p.o.QueueFrames),
+		free:  make(chan []byte, freeFrames),
 		close: make(chan struct{})}, nil
 }
 

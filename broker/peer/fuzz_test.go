@@ -75,6 +75,18 @@ func FuzzDecodeFrame(f *testing.F) {
 		if len(got) == 0 || len(got) > MaxBundle {
 			t.Fatalf("%d messages decoded", len(got))
 		}
+		// With names interned (twice: names new, then held) the
+		// messages are the same.
+		var names Names
+		for range 2 {
+			named, err := DecodeFrameNames(fr, nil, &names)
+			if err != nil {
+				t.Fatalf("decodes without names, not with them: %v", err)
+			}
+			if d := cmp.Diff(got, named, cmpopts.EquateEmpty()); d != "" {
+				t.Fatalf("interned names changed the messages:\n%s", d)
+			}
+		}
 		again, err := AppendBundleFrame(nil, got)
 		if err != nil {
 			t.Fatalf("decoded messages do not re-encode: %v", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -153,6 +154,7 @@ type liveConn struct {
 	feats  wire.Features // accepted by the peer's HelloOK
 	nc     net.Conn
 	out    chan []byte
+	free   chan []byte  // written frames' buffers for Buffer (the writer fills it)
 	queued atomic.Int64 // bytes in out
 	once   sync.Once
 	close  chan struct{}
@@ -234,7 +236,9 @@ func (p *Pool) Bundles(node replication.NodeID, conn replication.ConnID) bool {
 // Send queues a complete frame (as AppendFrame builds it) on connection
 // conn to node. It reports false, sending nothing, when conn is not the
 // peer's current connection. A full queue drops the connection (the peer
-// sees Disconnected and a new connection) rather than skip a frame.
+// sees Disconnected and a new connection) rather than skip a frame. The
+// pool owns frame from then on (Buffer may hand it out again once
+// written): the caller must not touch it again.
 func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []byte) bool {
 	p.mu.Lock()
 	l := p.links[node]
@@ -260,6 +264,39 @@ func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []by
 		p.o.Logger.Info("replication queue full; dropping connection", "peer", node, "conn", conn)
 		c.kill()
 		return false
+	}
+}
+
+// freeFrames is how many written frames a connection keeps for Buffer,
+// and maxFreeFrame the largest it keeps (an idle pass's bundles are a few
+// hundred bytes; a pass sends one to a peer for every shard this broker
+// leads, in a burst, so the writer keeps about as many: at most 256 KiB).
+const (
+	freeFrames   = 128
+	maxFreeFrame = 2 << 10
+)
+
+// Buffer returns an empty buffer, from a frame connection conn to node has
+// finished writing, to build a frame for Send in, or nil when there is
+// none (or conn is not node's current connection). It is the caller's
+// alone: the writer gave it up (issue 31: an idle shard's requests reuse
+// their frames' memory).
+func (p *Pool) Buffer(node replication.NodeID, conn replication.ConnID) []byte {
+	p.mu.Lock()
+	l := p.links[node]
+	var c *liveConn
+	if l != nil && l.cur != nil && l.cur.id == conn {
+		c = l.cur
+	}
+	p.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case b := <-c.free:
+		return b
+	default:
+		return nil
 	}
 }
 
@@ -362,6 +399,13 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			}
 			_, err := bw.Write(b)
 			c.queued.Add(-int64(len(b)))
+			if cap(b) <= maxFreeFrame {
+				// Copied into bw or written: Buffer may hand it out.
+				select {
+				case c.free <- b[:0]:
+				default:
+				}
+			}
 			if err != nil {
 				c.kill()
 				return
@@ -384,8 +428,11 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 	br := bufio.NewReaderSize(c.nc, 256<<10)
 	var got []Shipped // the messages of the frame read last
 	var run []replication.Message
+	var names Names  // this connection's names, decoded once
+	var spare []byte // the last frame's body, when nothing decoded from it is kept
 	for {
-		f, err := wire.ReadFrame(br, p.o.MaxFrameSize)
+		f, err := readFrame(br, p.o.MaxFrameSize, spare)
+		spare = nil
 		if err != nil {
 			break
 		}
@@ -394,7 +441,7 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 			log.Info("peer refused replication", "error", fmt.Sprint(e))
 			break
 		}
-		got, err = DecodeFrame(f, got[:0])
+		got, err = DecodeFrameNames(f, got[:0], &names)
 		if err != nil {
 			log.Info("bad replication frame; dropping connection", "error", err.Error())
 			break
@@ -411,10 +458,54 @@ func (p *Pool) serve(c *liveConn, node replication.NodeID, log logr.Logger) {
 				p.o.Events.Message(got[i].Shard, m)
 			}
 		}
+		if aliasFree(got) && cap(f.Body) <= maxSpareBody {
+			// Nothing handed on refers to the body (answers without
+			// records: what an idle pass gets back), so the next
+			// frame is read into it.
+			spare = f.Body[:0]
+		}
 		clear(got) // drop what the messages point to (frame bodies)
 	}
 	c.kill()
 	<-done
+}
+
+// maxSpareBody bounds the body a connection's reader keeps for the next
+// frame (wire.ReadFrameBody allocates at most this much before a body's
+// bytes arrive).
+const maxSpareBody = 64 << 10
+
+// readFrame is wire.ReadFrame reading the body into spare when it fits
+// (spare is then the caller's no longer: the frame owns it).
+func readFrame(br *bufio.Reader, max uint32, spare []byte) (wire.Frame, error) {
+	h, err := wire.ReadFrameHeader(br, max)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	n := h.BodyLen()
+	if n <= 0 || n > cap(spare) {
+		return wire.ReadFrameBody(br, h)
+	}
+	body := spare[:n]
+	if _, err := io.ReadFull(br, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return wire.Frame{}, err
+	}
+	return wire.Frame{Type: h.Type, ReqID: h.ReqID, Body: body}, nil
+}
+
+// aliasFree reports whether no decoded message refers to its frame's
+// body: only records (payloads, header values) do; names, epochs and the
+// rest are copied out.
+func aliasFree(got []Shipped) bool {
+	for i := range got {
+		if len(got[i].Msg.Records) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // deliverRuns hands be the answers of got, each run of consecutive answers

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"bytes"
 	"encoding/hex"
 	"net"
 	"sync"
@@ -253,5 +254,76 @@ func TestFullQueueDropsTheConnection(t *testing.T) {
 	waitFor(t, "a new connection", func() bool { return len(rec.snapshot().conns) == 2 })
 	if s := rec.snapshot(); s.events[1] != "disconnected" || s.conns[1] == conn {
 		t.Fatalf("events %v conns %v", s.events, s.conns)
+	}
+}
+
+// fetchEcho answers every Probe with a FetchResp of one record whose
+// payload is the pass, repeated: 16 bytes, the same size every time.
+type fetchEcho struct{}
+
+func (fetchEcho) ServeReplication(pc server.PeerConn, f wire.Frame) {
+	ms, err := DecodeFrame(f, nil)
+	if err != nil {
+		return
+	}
+	for _, s := range ms {
+		m := s.Msg
+		payload := bytes.Repeat([]byte{byte('A' + m.Pass)}, 16)
+		ans := replication.Message{Type: replication.MsgFetchResp, From: m.To, To: m.From, Epoch: m.Epoch, Pass: m.Pass,
+			Index: 1, Base: 0, Tail: 2, Records: []record.Record{{Offset: 1, Epoch: 1, Kind: record.KindData, Payload: payload}}}
+		if m.Pass%2 == 0 {
+			// Even passes: an answer without records, whose body the
+			// reader may read the next frame into.
+			ans = replication.Message{Type: replication.MsgRefuse, From: m.To, To: m.From, Epoch: m.Epoch, Pass: m.Pass}
+		}
+		b, err := AppendFrame(nil, s.Shard, ans)
+		if err == nil {
+			pc.SendFrame(b)
+		}
+	}
+}
+
+// The pool's reader reads a frame into the last one's body only when
+// nothing decoded from that body was handed on: records handed to Events
+// keep their payloads whatever frames follow. The frames sent are handed
+// out again by Buffer once written.
+func TestPoolReaderKeepsBodiesHandedOn(t *testing.T) {
+	_, addr := serve(t, server.Options{StorageID: followerID, Replication: fetchEcho{}, InsecurePeersOnClientPort: true})
+	rec := &recorder{}
+	p := NewPool(Options{Self: "a", StorageID: make([]byte, 16), Events: rec, Backoff: Backoff{Min: 1, Max: 1},
+		Resolve: func(replication.NodeID) (string, error) { return addr, nil }})
+	defer p.Close()
+	p.Want("b")
+	waitFor(t, "connected", func() bool { return len(rec.snapshot().conns) == 1 })
+	conn := rec.snapshot().conns[0]
+	const passes = 12
+	for pass := uint64(1); pass <= passes; pass++ {
+		b, err := AppendFrame(nil, codecShard, replication.Message{Type: replication.MsgProbe, From: "a", To: "b", Epoch: 1, Pass: pass})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Send("b", conn, b)
+	}
+	waitFor(t, "answers", func() bool { return len(rec.snapshot().msgs) == passes })
+	// The requests are written: Buffer hands their buffers out, empty,
+	// for the current connection only.
+	if b := p.Buffer("b", conn+1); b != nil {
+		t.Fatalf("Buffer for a connection that is not the current one: %d bytes of capacity", cap(b))
+	}
+	for range passes {
+		if b := p.Buffer("b", conn); b == nil || len(b) != 0 {
+			t.Fatalf("Buffer after the frames were written: %v", b)
+		}
+	}
+	for i, m := range rec.snapshot().msgs {
+		if m.Pass != uint64(i+1) {
+			t.Fatalf("answer %d: pass %d", i, m.Pass)
+		}
+		if m.Pass%2 == 0 {
+			continue
+		}
+		if want := bytes.Repeat([]byte{byte('A' + m.Pass)}, 16); len(m.Records) != 1 || !bytes.Equal(m.Records[0].Payload, want) {
+			t.Fatalf("answer %d: records %v, want one with payload %q", i, m.Records, want)
+		}
 	}
 }

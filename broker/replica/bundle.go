@@ -96,13 +96,16 @@ func (s *shard) flush(oc *outConn) {
 	oc.ms = oc.ms[:0]
 }
 
+// sendBundle encodes and sends what oc gathered as one bundle frame, built
+// in a buffer of a frame the connection has finished writing when it has
+// one (Pool.Buffer, PeerConn.Buffer).
 func (s *shard) sendBundle(oc *outConn) {
-	b, err := peer.AppendBundleFrame(nil, oc.ms)
-	if err != nil {
-		s.m.o.Logger.Error(err, "cannot encode replication bundle", "shard", s.id.String())
-		return
-	}
 	if oc.request {
+		b, err := peer.AppendBundleFrame(s.m.pool.Buffer(oc.to, oc.conn), oc.ms)
+		if err != nil {
+			s.m.o.Logger.Error(err, "cannot encode replication bundle", "shard", s.id.String())
+			return
+		}
 		// A bundle's bytes count whole: its Appends carry no records.
 		s.counters.shipped(string(oc.to), len(b), 0)
 		s.m.pool.Send(oc.to, oc.conn, b)
@@ -112,5 +115,10 @@ func (s *shard) sendBundle(oc *outConn) {
 	if pc == nil {
 		return // the connection is gone; the leader asks again
 	}
-	pc.Send(wire.Frame{Type: peer.FrameType(oc.ms[0].Msg.Type), Body: b[wire.FrameHeaderSize:]})
+	b, err := peer.AppendBundleFrame(pc.Buffer(), oc.ms)
+	if err != nil {
+		s.m.o.Logger.Error(err, "cannot encode replication bundle", "shard", s.id.String())
+		return
+	}
+	pc.SendFrame(b) // built whole: no copy
 }

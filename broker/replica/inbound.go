@@ -15,7 +15,7 @@ import (
 // on (Message.Conn).
 type inbound struct {
 	mu   sync.Mutex
-	byPC map[server.PeerConn]replication.ConnID
+	byPC map[server.PeerConn]inConn
 	byID map[replication.ConnID]server.PeerConn
 	// forged holds the connections that sent a frame naming a sender
 	// other than their identity (logged once per connection).
@@ -24,7 +24,7 @@ type inbound struct {
 }
 
 func (in *inbound) init() {
-	in.byPC = map[server.PeerConn]replication.ConnID{}
+	in.byPC = map[server.PeerConn]inConn{}
 	in.byID = map[replication.ConnID]server.PeerConn{}
 	in.forged = map[server.PeerConn]bool{}
 	in.spawn = func(f func()) { go f() }
@@ -48,15 +48,25 @@ func (in *inbound) firstForgery(pc server.PeerConn) bool {
 	return true
 }
 
-// connID returns pc's ConnID, numbering it on first sight from ids.
-func (in *inbound) connID(pc server.PeerConn, ids *peer.ConnIDs) replication.ConnID {
+// inConn is what inbound keeps of an accepted connection: its ConnID and
+// the names decoded from its frames (used only by the connection's reader
+// goroutine, which calls ServeReplication).
+type inConn struct {
+	id    replication.ConnID
+	names *peer.Names
+}
+
+// conn returns pc's ConnID, numbering it on first sight from ids, and its
+// names.
+func (in *inbound) conn(pc server.PeerConn, ids *peer.ConnIDs) inConn {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if id, ok := in.byPC[pc]; ok {
-		return id
+	if c, ok := in.byPC[pc]; ok {
+		return c
 	}
 	id := ids.Next()
-	in.byPC[pc] = id
+	c := inConn{id: id, names: new(peer.Names)}
+	in.byPC[pc] = c
 	in.byID[id] = pc
 	in.spawn(func() {
 		<-pc.Done()
@@ -65,7 +75,14 @@ func (in *inbound) connID(pc server.PeerConn, ids *peer.ConnIDs) replication.Con
 		delete(in.byID, id)
 		in.mu.Unlock()
 	})
-	return id
+	return c
+}
+
+// known returns pc's entry if it was numbered (the zero inConn if not).
+func (in *inbound) known(pc server.PeerConn) inConn {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.byPC[pc]
 }
 
 func (in *inbound) lookup(id replication.ConnID) server.PeerConn {
@@ -94,7 +111,11 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 	// idle pass's bundle (one message per log) decodes into buf, on the
 	// stack.
 	var buf [2 * len(record.LogKinds)]peer.Shipped
-	msgs, err := peer.DecodeFrame(f, buf[:0])
+	// The connection's names (once it is numbered, at its first accepted
+	// request): its frames' stream and node names decode to the strings
+	// already held.
+	ic := m.in.known(pc)
+	msgs, err := peer.DecodeFrameNames(f, buf[:0], ic.names)
 	if err != nil {
 		m.o.Logger.V(1).Info("dropping bad replication frame", "error", err.Error())
 		return
@@ -106,7 +127,7 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 	var cur *shard
 	pending := run[:0]
 	for i := range msgs {
-		s, msg, ok := h.accept(pc, msgs[i])
+		s, msg, ok := h.accept(pc, msgs[i], &ic)
 		if !ok {
 			continue
 		}
@@ -121,8 +142,9 @@ func (h handler) ServeReplication(pc server.PeerConn, f wire.Frame) {
 }
 
 // accept checks one decoded message and returns the shard it is for; ok
-// is false if it is dropped.
-func (h handler) accept(pc server.PeerConn, sh peer.Shipped) (s *shard, msg replication.Message, ok bool) {
+// is false if it is dropped. ic is the connection's entry, numbered here
+// if it is not yet.
+func (h handler) accept(pc server.PeerConn, sh peer.Shipped, ic *inConn) (s *shard, msg replication.Message, ok bool) {
 	m := h.m
 	shard, msg := sh.Shard, sh.Msg
 	if id := pc.Identity(); id != "" && msg.From != replication.NodeID(id) {
@@ -136,7 +158,10 @@ func (h handler) accept(pc server.PeerConn, sh peer.Shipped) (s *shard, msg repl
 	if !peer.IsRequest(msg.Type) {
 		return nil, msg, false // answers travel over the connections this broker opened
 	}
-	msg.Conn = m.in.connID(pc, m.ids)
+	if ic.id == 0 {
+		*ic = m.in.conn(pc, m.ids)
+	}
+	msg.Conn = ic.id
 	s, err := m.shard(shard)
 	if err != nil {
 		// Not (yet) a replica here: say nothing; the leader retries.

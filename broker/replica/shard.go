@@ -399,6 +399,10 @@ func (s *shard) apply(ev *event) {
 func (s *shard) handle(rd replication.Ready) error {
 	s.noteLoud(rd)
 	s.sendAll(rd.Messages)
+	// Encoded and queued (sendAll keeps no message): the core reuses
+	// the array for a later Ready's messages.
+	s.core.Recycle(rd.Messages)
+	rd.Messages = nil
 	s.cacheWrites(rd.Writes)
 	if hasReset(rd.Writes) {
 		for s.persisting > 0 || len(s.queued) > 0 {
@@ -544,9 +548,16 @@ func (s *shard) send(msg replication.Message) {
 	}
 }
 
+// sendOne encodes and sends one message as its own frame; one without
+// records is built in a buffer of a frame the connection has finished
+// writing, when it has one.
 func (s *shard) sendOne(msg replication.Message) {
 	if peer.IsRequest(msg.Type) {
-		b, err := peer.AppendFrame(nil, s.id, msg)
+		var dst []byte
+		if len(msg.Records) == 0 {
+			dst = s.m.pool.Buffer(msg.To, msg.Conn)
+		}
+		b, err := peer.AppendFrame(dst, s.id, msg)
 		if err != nil {
 			s.m.o.Logger.Error(err, "cannot encode replication message", "shard", s.id.String())
 			return
@@ -561,10 +572,14 @@ func (s *shard) sendOne(msg replication.Message) {
 	if pc == nil {
 		return // the connection is gone; the leader asks again
 	}
-	f, err := peer.Encode(s.id, msg)
+	var dst []byte
+	if len(msg.Records) == 0 {
+		dst = pc.Buffer()
+	}
+	b, err := peer.AppendFrame(dst, s.id, msg)
 	if err != nil {
 		s.m.o.Logger.Error(err, "cannot encode replication message", "shard", s.id.String())
 		return
 	}
-	pc.Send(f)
+	pc.SendFrame(b) // built whole: no copy
 }

@@ -50,6 +50,7 @@
 //		if r.HasReady() {
 //			rd := r.Ready()
 //			send(rd.Messages)          // may go before the writes are durable
+//			r.Recycle(rd.Messages)     // optional: sent and not kept; the core reuses the array
 //			persist(rd.Writes)         // in order, durably per the fsync mode; WriteReset = ResetAt
 //			publish(rd.Commits)        // readers of Quorum/All streams
 //			if rd.Serving != 0 {

@@ -311,6 +311,10 @@ func (c *cluster) processReady() bool {
 			c.reports[n] = rd.Report
 		}
 		c.queue = append(c.queue, rd.Messages...)
+		// Copied: handed back as the runtime does, so every test runs
+		// with the core reusing its message arrays.
+		nd.r.Recycle(rd.Messages)
+		rd.Messages = nil
 		nd.r.Advance(rd)
 	}
 	return any

@@ -9,8 +9,8 @@ func (r *Replica) startPass() {
 		r.out.Report = r.report()
 	}
 	r.pass++
-	for _, n := range r.order {
-		r.beginExchange(r.peers[n])
+	for _, p := range r.list {
+		r.beginExchange(p)
 	}
 	for _, l := range record.LogKinds {
 		r.updateMarks(l)
@@ -157,7 +157,7 @@ func (r *Replica) sendAppend(p *peer, l record.LogKind, recs []record.Record) {
 
 // onAppendResp takes a follower's answer: where it really is.
 func (r *Replica) onAppendResp(m Message) {
-	p := r.peers[m.From]
+	p := r.peer(m.From)
 	if !p.connOK || m.Conn != p.conn {
 		return // an answer over a connection that is no longer the peer's
 	}
@@ -295,8 +295,7 @@ func (r *Replica) updateMarks(l record.LogKind) {
 	held, counted := heldBuf[:0], countedBuf[:0]
 	held = append(held, v.stable)
 	counted = append(counted, r.fenceCommitted || r.idCounted(r.cfg.Self, r.cfg.SelfStorageID))
-	for _, n := range r.order {
-		p := r.peers[n]
+	for _, p := range r.list {
 		held = append(held, p.cursors[l].confirmed)
 		counted = append(counted, r.counts(p, l))
 	}

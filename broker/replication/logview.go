@@ -27,6 +27,11 @@ type logView struct {
 	// advanced, lowered to every later truncation or reset point: the
 	// Advance of that Ready makes it the stable position.
 	issued []uint64
+	// issuedHead is how many of issued were advanced already: the live
+	// ones are issued[issuedHead:]. The array is reused once they all
+	// are (no allocation per Ready, and no shifting: Readies can pile up
+	// while the disk is full).
+	issuedHead int
 	// baseEpoch is the epoch of the record just below base, when known
 	// (learned by compacting or from the leader at a reset; 0 otherwise,
 	// e.g. after a restart). It lets an Append at the base still offer a
@@ -185,24 +190,32 @@ func (v *logView) truncate(at uint64) {
 // at: the records at or above at that those Readies wrote are no longer
 // the view's, so their persistence proves nothing about the view.
 func (v *logView) lowerIssued(at uint64) {
-	for i := range v.issued {
+	for i := v.issuedHead; i < len(v.issued); i++ {
 		v.issued[i] = min(v.issued[i], at)
 	}
 }
 
 // ready records the tail as of a new Ready.
-func (v *logView) ready() { v.issued = append(v.issued, v.tail) }
+func (v *logView) ready() {
+	if v.issuedHead > 0 && 2*v.issuedHead >= len(v.issued) {
+		// Readies always in flight never empty the list: drop the
+		// advanced half (amortized constant, bounded memory).
+		n := copy(v.issued, v.issued[v.issuedHead:])
+		v.issued, v.issuedHead = v.issued[:n], 0
+	}
+	v.issued = append(v.issued, v.tail)
+}
 
 // advance marks everything written up to the oldest Ready not yet advanced
 // as persisted (nothing if there is none).
 func (v *logView) advance() {
-	if len(v.issued) == 0 {
+	if v.issuedHead == len(v.issued) {
 		return
 	}
-	t := v.issued[0]
-	v.issued = v.issued[1:]
-	if len(v.issued) == 0 {
-		v.issued = nil
+	t := v.issued[v.issuedHead]
+	v.issuedHead++
+	if v.issuedHead == len(v.issued) {
+		v.issued, v.issuedHead = v.issued[:0], 0
 	}
 	if t = min(t, v.tail); t > v.stable {
 		v.stable = t

@@ -1,7 +1,5 @@
 package replication
 
-import "slices"
-
 // QuorumMark returns the highest position that at least q members hold,
 // where held[i] is member i's position and a member with counted[i] false
 // holds nothing (base) [RP-5]. With fewer than q members it returns base.
@@ -19,8 +17,14 @@ func QuorumMark(base uint64, held []uint64, counted []bool, q int) uint64 {
 		if counted[i] && held[i] > base {
 			v = held[i]
 		}
+		// Insertion sort: a replica set has a handful of members, and
+		// the leader recounts every log on every answer and pass.
+		j := len(vals)
 		vals = append(vals, v)
+		for ; j > 0 && vals[j-1] > v; j-- {
+			vals[j] = vals[j-1]
+		}
+		vals[j] = v
 	}
-	slices.Sort(vals)
 	return vals[len(vals)-q]
 }

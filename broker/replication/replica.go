@@ -33,6 +33,10 @@ type Replica struct {
 
 	peers map[NodeID]*peer // every replica but Self
 	order []NodeID         // peers in replica-set order, for determinism
+	// list is peers in the order of order: the passes and the marks walk
+	// it, and a message's sender is found in it (peer), without hashing
+	// node names (a replica set has a handful of members).
+	list []*peer
 
 	// Leader and recovering state.
 	fenceOffset    [numLogs]uint64
@@ -55,6 +59,9 @@ type Replica struct {
 	// sends one request per log and follower [RP-4]; one allocation
 	// instead of one per doubling).
 	msgCap int
+	// spare is a message array handed back by Recycle: the messages of
+	// the next Ready are gathered in it instead of a new one.
+	spare []Message
 }
 
 const maxMsgCap = 64
@@ -127,6 +134,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		}
 		r.peers[n] = &peer{node: n}
 		r.order = append(r.order, n)
+		r.list = append(r.list, r.peers[n])
 	}
 	if !self {
 		return nil, fmt.Errorf("replication: Self %q is not in Replicas", cfg.Self)
@@ -253,7 +261,7 @@ func (r *Replica) Tick() {
 // handshake presenting storage id id ("" when the peer does not offer the
 // feature) [RP-2]. A leader starts an exchange with the peer at once.
 func (r *Replica) Connected(peerID NodeID, conn ConnID, id StorageID) {
-	p := r.peers[peerID]
+	p := r.peer(peerID)
 	if p == nil {
 		return
 	}
@@ -270,7 +278,7 @@ func (r *Replica) Connected(peerID NodeID, conn ConnID, id StorageID) {
 // Disconnected reports that connection conn to peer is gone. Later answers
 // over it are ignored.
 func (r *Replica) Disconnected(peerID NodeID, conn ConnID) {
-	if p := r.peers[peerID]; p != nil && p.conn == conn {
+	if p := r.peer(peerID); p != nil && p.conn == conn {
 		p.connOK = false
 	}
 }
@@ -279,7 +287,7 @@ func (r *Replica) Disconnected(peerID NodeID, conn ConnID) {
 // presented failed. The cursor is left alone [RP-3]; nothing from the peer
 // counts until a new Connected.
 func (r *Replica) LookupFailed(peerID NodeID) {
-	if p := r.peers[peerID]; p != nil {
+	if p := r.peer(peerID); p != nil {
 		p.connOK = false
 	}
 }
@@ -350,8 +358,8 @@ func (r *Replica) Propose(p Proposal) {
 		r.appendLocal(p.Log, recs)
 	}
 	r.pending[p.Log][mode] = append(r.pending[p.Log][mode], ack)
-	for _, n := range r.order {
-		r.ship(r.peers[n], p.Log)
+	for _, pr := range r.list {
+		r.ship(pr, p.Log)
 	}
 	r.updateMarks(p.Log)
 }
@@ -417,8 +425,8 @@ func (r *Replica) Compacted(l record.LogKind, start uint64) {
 		return
 	}
 	v.compact(start)
-	for _, n := range r.order {
-		c := &r.peers[n].cursors[l]
+	for _, p := range r.list {
+		c := &p.cursors[l]
 		if c.next < start {
 			c.next = start
 		}
@@ -427,10 +435,47 @@ func (r *Replica) Compacted(l record.LogKind, start uint64) {
 
 func (r *Replica) send(m Message) {
 	m.From = r.cfg.Self
-	if r.out.Messages == nil && r.msgCap > 1 {
-		r.out.Messages = make([]Message, 0, r.msgCap)
+	if r.out.Messages == nil {
+		switch {
+		case r.spare != nil:
+			r.out.Messages, r.spare = r.spare, nil
+		case r.msgCap > 1:
+			r.out.Messages = make([]Message, 0, r.msgCap)
+		}
 	}
 	r.out.Messages = append(r.out.Messages, m)
+}
+
+// Recycle hands back the Messages of a Ready the runtime is done with:
+// every message sent (or dropped) and copied wherever it is kept, so that
+// nothing, the Ready included, refers to the slice's array any more. The
+// core gathers the messages of a later Ready in that array instead of
+// allocating one per Ready (issue 31: an idle pass then allocates no
+// message slice). Calling it is optional; it changes where the core's
+// messages are stored, never what they are, so the core stays
+// deterministic. An array larger than a pass normally needs is not kept.
+// Call it at most once per Ready: a second call could hand the core an
+// array a later Ready is still being sent from.
+func (r *Replica) Recycle(msgs []Message) {
+	if cap(msgs) == 0 || cap(msgs) > maxMsgCap {
+		return
+	}
+	if cap(r.out.Messages) > 0 && &r.out.Messages[:1][0] == &msgs[:1][0] {
+		return // the messages being gathered: not the caller's to give
+	}
+	msgs = msgs[:cap(msgs)]
+	clear(msgs) // drop what the messages point to (records, epochs), beyond len too
+	r.spare = msgs[:0]
+}
+
+// peer returns the peer n, nil if n is not one (Self included).
+func (r *Replica) peer(n NodeID) *peer {
+	for _, p := range r.list {
+		if p.node == n {
+			return p
+		}
+	}
+	return nil
 }
 
 // HasReady reports whether Ready would return something.
@@ -479,7 +524,7 @@ func (r *Replica) Advance(rd Ready) {
 // arrived on. Messages for another replica, of an unknown type or from
 // outside the replica set are ignored.
 func (r *Replica) Step(m Message) {
-	if m.To != r.cfg.Self || r.peers[m.From] == nil || int(m.Log) >= numLogs {
+	if m.To != r.cfg.Self || r.peer(m.From) == nil || int(m.Log) >= numLogs {
 		return
 	}
 	switch m.Type {

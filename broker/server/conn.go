@@ -26,7 +26,20 @@ import (
 type outFrame struct {
 	b       []byte
 	release charge
+	// free, when set, takes b back once written (a replication frame:
+	// PeerConn.Buffer hands it out again).
+	free chan<- []byte
 }
+
+// freeFrames is how many written replication frames a peer connection
+// keeps for PeerConn.Buffer, and maxFreeFrame the largest it keeps (an
+// idle pass's bundles are a few hundred bytes; a pass answers one for
+// every shard the peer leads, in a burst, so the writer keeps about as
+// many: at most 256 KiB).
+const (
+	freeFrames   = 128
+	maxFreeFrame = 2 << 10
+)
 
 // conn is one client connection: a reader goroutine that decodes frames and
 // dispatches them, handler goroutines, and a writer goroutine that sends the
@@ -505,6 +518,13 @@ func (c *conn) writeLoop() {
 		}
 		c.budget.release(of.release.conn)
 		of.release.frame.release()
+		if of.free != nil && cap(of.b) <= maxFreeFrame {
+			// Written (or dropped): nothing refers to it any more.
+			select {
+			case of.free <- of.b[:0]:
+			default:
+			}
+		}
 	}
 	if !broken {
 		_ = bw.Flush()

@@ -44,6 +44,16 @@ type PeerConn interface {
 	// felix_broker_peer_sends_dropped_total; the replication core treats
 	// it as lost on the network and asks again).
 	Send(f wire.Frame) bool
+	// SendFrame is Send of a frame already encoded whole (header and
+	// body, as wire.AppendFrame builds it), without copying it: the
+	// connection owns frame from then on, and the caller must not touch
+	// it again.
+	SendFrame(frame []byte) bool
+	// Buffer returns an empty buffer, from a frame this connection has
+	// finished writing, to build a frame for SendFrame in, or nil when it
+	// has none: the caller's alone (issue 31: an idle shard's answers
+	// reuse their frames' memory).
+	Buffer() []byte
 	// Done is closed when the connection stops reading (peer gone,
 	// violation, drain); Send reports false from then on.
 	Done() <-chan struct{}
@@ -66,6 +76,7 @@ type PeerConn interface {
 type peerConn struct {
 	c      *conn
 	q      chan []byte
+	free   chan []byte  // written frames' buffers for Buffer (writeLoop fills it)
 	queued atomic.Int64 // bytes in q
 	shut   atomic.Bool
 	done   chan struct{}
@@ -87,8 +98,23 @@ func (p *peerConn) Send(f wire.Frame) bool {
 	if p.shut.Load() {
 		return false
 	}
+	return p.SendFrame(wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(f.Body)), f))
+}
+
+func (p *peerConn) Buffer() []byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return nil
+	}
+}
+
+func (p *peerConn) SendFrame(b []byte) bool {
+	if p.shut.Load() {
+		return false
+	}
 	o := &p.c.s.opts
-	b := wire.AppendFrame(make([]byte, 0, wire.FrameHeaderSize+len(f.Body)), f)
 	n := int64(len(b))
 	if p.queued.Add(n) > o.PeerQueueBytes {
 		p.queued.Add(-n)
@@ -112,7 +138,7 @@ func (p *peerConn) forward() {
 	for {
 		select {
 		case b := <-p.q:
-			p.c.out <- outFrame{b: b}
+			p.c.out <- outFrame{b: b, free: p.free}
 			p.queued.Add(-int64(len(b)))
 			if p.c.waitCtx.Err() == nil {
 				continue
@@ -161,7 +187,8 @@ func (c *conn) serveReplication(f wire.Frame, hold frameHold) bool {
 	}
 	hold.release()
 	if c.repl == nil {
-		p := &peerConn{c: c, q: make(chan []byte, c.s.opts.PeerQueueFrames), done: make(chan struct{})}
+		p := &peerConn{c: c, q: make(chan []byte, c.s.opts.PeerQueueFrames), free: make(chan []byte, freeFrames),
+			done: make(chan struct{})}
 		c.repl = p
 		c.replicating.Store(true)
 		c.reqWG.Add(1)

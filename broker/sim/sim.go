@@ -390,6 +390,9 @@ func (s *simulation) process(n *node) {
 	}
 	rd := n.r.Ready()
 	s.net.send(s.now, rd.Messages)
+	// The network copied them: handed back, as the runtime does.
+	n.r.Recycle(rd.Messages)
+	rd.Messages = nil
 	if hasReset(rd.Writes) {
 		for len(n.inflight) > 0 && s.fail == nil {
 			s.persistOldest(n)

@@ -89,7 +89,10 @@ func (h FrameHeader) Size() int64 { return 4 + int64(h.Length) }
 // boundary, io.ErrUnexpectedEOF when cut short). It allocates nothing, so a
 // reader can admit the body against a memory budget before reading it.
 func ReadFrameHeader(r io.Reader, maxSize uint32) (FrameHeader, error) {
-	var hdr [FrameHeaderSize]byte
+	if br, ok := r.(*bufio.Reader); ok {
+		return readFrameHeaderBuffered(br, maxSize)
+	}
+	var hdr [FrameHeaderSize]byte // escapes through r: one allocation
 	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
 		return FrameHeader{}, err
 	}
@@ -104,6 +107,39 @@ func ReadFrameHeader(r io.Reader, maxSize uint32) (FrameHeader, error) {
 		return FrameHeader{}, unexpected(err)
 	}
 	return FrameHeader{Length: n, Type: MsgType(hdr[4]), ReqID: binary.BigEndian.Uint32(hdr[5:9])}, nil
+}
+
+// readFrameHeaderBuffered is ReadFrameHeader from a bufio.Reader: the
+// prefix is parsed in the reader's buffer rather than copied into an array
+// that would escape to the heap through io.ReadFull (one allocation per
+// frame on every connection, issue 31). It consumes what ReadFrameHeader
+// consumes and returns the same errors.
+func readFrameHeaderBuffered(br *bufio.Reader, maxSize uint32) (FrameHeader, error) {
+	b, err := br.Peek(4)
+	if err != nil {
+		_, _ = br.Discard(len(b))
+		if len(b) > 0 && err == io.EOF {
+			err = io.ErrUnexpectedEOF // as io.ReadFull
+		}
+		return FrameHeader{}, err
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n < frameFixed {
+		_, _ = br.Discard(4)
+		return FrameHeader{}, fmt.Errorf("%w: %d", ErrFrameTooShort, n)
+	}
+	if n > maxSize {
+		_, _ = br.Discard(4)
+		return FrameHeader{}, &FrameTooLargeError{Size: uint64(n), Limit: uint64(maxSize)}
+	}
+	b, err = br.Peek(FrameHeaderSize)
+	if err != nil {
+		_, _ = br.Discard(len(b))
+		return FrameHeader{}, unexpected(err)
+	}
+	h := FrameHeader{Length: n, Type: MsgType(b[4]), ReqID: binary.BigEndian.Uint32(b[5:9])}
+	_, _ = br.Discard(FrameHeaderSize)
+	return h, nil
 }
 
 // bodyFirstChunk is how much of a body ReadFrameBody allocates before any

@@ -321,3 +321,41 @@ func TestIdempotentAppendOnlyWhenNegotiated(t *testing.T) {
 		t.Fatalf("DecodeError = %+v %v", e, err)
 	}
 }
+
+// TestReadFrameHeaderBufferedAsUnbuffered: from a bufio.Reader the prefix
+// is parsed in the reader's buffer, allocating nothing; it returns what
+// the io.ReadFull path returns and consumes the same bytes, on every cut
+// and error.
+func TestReadFrameHeaderBufferedAsUnbuffered(t *testing.T) {
+	good := AppendFrame(nil, Frame{Type: MsgDescribe, ReqID: 7, Body: []byte{1, 2, 3}})
+	inputs := [][]byte{{0, 0, 0, 4, 1, 0, 0, 0, 0, 9}, {0, 0, 0}}
+	for i := 0; i <= len(good); i++ {
+		inputs = append(inputs, good[:i])
+	}
+	for _, in := range inputs {
+		for _, max := range []uint32{7, 64} {
+			// Unbuffered: a plain reader (not a *bufio.Reader).
+			ur := bytes.NewReader(in)
+			uh, uerr := ReadFrameHeader(io.MultiReader(ur), max)
+			br := bufio.NewReader(bytes.NewReader(in))
+			bh, berr := ReadFrameHeader(br, max)
+			if uh != bh || fmt.Sprint(uerr) != fmt.Sprint(berr) || errors.Is(uerr, io.EOF) != errors.Is(berr, io.EOF) ||
+				errors.Is(uerr, io.ErrUnexpectedEOF) != errors.Is(berr, io.ErrUnexpectedEOF) {
+				t.Fatalf("%x max %d: unbuffered %+v, %v; buffered %+v, %v", in, max, uh, uerr, bh, berr)
+			}
+			if rest, _ := io.ReadAll(br); len(rest) != ur.Len() {
+				t.Fatalf("%x max %d: %d bytes left unbuffered, %d buffered", in, max, ur.Len(), len(rest))
+			}
+		}
+	}
+	br := bufio.NewReader(bytes.NewReader(bytes.Repeat(good, 200)))
+	if n := testing.AllocsPerRun(100, func() {
+		h, err := ReadFrameHeader(br, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = br.Discard(h.BodyLen())
+	}); n != 0 {
+		t.Fatalf("ReadFrameHeader from a bufio.Reader: %v allocations per frame, want 0", n)
+	}
+}
