@@ -138,21 +138,63 @@ func (s *State) Marks() []Mark {
 // refusal of that add: ErrEmptyKey, ErrKeyTooLong, ErrTooManyKeys (a new
 // key beyond the cap), ErrOverflow. It changes nothing.
 func (s *State) Check(key string, delta int64) (int64, error) {
+	old, exists := s.values[key]
+	return s.check(key, delta, old, exists, len(s.values))
+}
+
+// check is Check of an add to a counter whose value is old (exists says
+// it is a counter already) on a shard holding keys counters.
+func (s *State) check(key string, delta, old int64, exists bool, keys int) (int64, error) {
 	switch {
 	case key == "":
 		return 0, ErrEmptyKey
 	case len(key) > s.lim.MaxKeyBytes:
 		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLong, len(key), s.lim.MaxKeyBytes)
 	}
-	old, exists := s.values[key]
-	if !exists && len(s.values) >= s.lim.MaxKeys {
-		return 0, fmt.Errorf("%w: %d counters, limit %d", ErrTooManyKeys, len(s.values), s.lim.MaxKeys)
+	if !exists && keys >= s.lim.MaxKeys {
+		return 0, fmt.Errorf("%w: %d counters, limit %d", ErrTooManyKeys, keys, s.lim.MaxKeys)
 	}
 	v, ok := addInt64(old, delta)
 	if !ok {
 		return 0, fmt.Errorf("%w: %d + %d", ErrOverflow, old, delta)
 	}
 	return v, nil
+}
+
+// Pending is a run of adds to be appended together after a State's Next,
+// not yet in the log: an overlay of their values over the State's. Its
+// Check gives the value an add would write right after the adds already
+// Put, so a batch of adds appended at Next, Next+1, ... carries the values
+// Apply will fold them to, in that order. The State must not change while
+// a Pending over it is in use.
+type Pending struct {
+	s      *State
+	values map[string]int64 // the pending adds' keys and values after them
+	added  int              // keys in values that the State does not hold
+}
+
+// Pending returns an empty overlay over s.
+func (s *State) Pending() *Pending { return &Pending{s: s, values: map[string]int64{}} }
+
+// Check is State.Check of an add made after every add Put so far. It
+// changes nothing.
+func (p *Pending) Check(key string, delta int64) (int64, error) {
+	old, exists := p.values[key]
+	if !exists {
+		old, exists = p.s.values[key]
+	}
+	return p.s.check(key, delta, old, exists, len(p.s.values)+p.added)
+}
+
+// Put records a pending add that Check accepted with value v: later
+// Checks see key at v.
+func (p *Pending) Put(key string, v int64) {
+	if _, ok := p.values[key]; !ok {
+		if _, ok := p.s.values[key]; !ok {
+			p.added++
+		}
+	}
+	p.values[key] = v
 }
 
 // Snapshot returns the snapshot entry of the current state.

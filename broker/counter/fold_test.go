@@ -218,3 +218,66 @@ func TestFullSnapshotFitsARecord(t *testing.T) {
 		t.Fatalf("full snapshot of %d keys is %d bytes, limit %d", len(s.Values), len(p), recordLimit)
 	}
 }
+
+// TestPending: a Pending's values are those of adds applied one after
+// another, its refusals count the pending new keys, and a run of adds it
+// accepted folds to the same values when applied in order.
+func TestPending(t *testing.T) {
+	type add struct {
+		key   string
+		delta int64
+		value int64
+		err   error
+	}
+	cases := []struct {
+		name    string
+		initial map[string]int64
+		lim     Limits
+		adds    []add
+	}{
+		{name: "same key sums", adds: []add{{key: "a", delta: 1, value: 1}, {key: "a", delta: 2, value: 3}, {key: "a", delta: -5, value: -2}}},
+		{name: "over state", initial: map[string]int64{"a": 10}, adds: []add{{key: "a", delta: 1, value: 11}, {key: "b", delta: 1, value: 1}, {key: "a", delta: 1, value: 12}}},
+		{name: "new keys count against the cap", lim: Limits{MaxKeys: 2}, initial: map[string]int64{"a": 1},
+			adds: []add{{key: "b", delta: 1, value: 1}, {key: "c", delta: 1, err: ErrTooManyKeys}, {key: "b", delta: 1, value: 2}, {key: "a", delta: 1, value: 2}}},
+		{name: "a refused add leaves no trace", lim: Limits{MaxKeys: 2}, initial: map[string]int64{"a": math.MaxInt64 - 1},
+			adds: []add{{key: "a", delta: 1, value: math.MaxInt64}, {key: "a", delta: 1, err: ErrOverflow}, {key: "a", delta: -1, value: math.MaxInt64 - 1}, {key: "b", delta: 1, value: 1}}},
+		{name: "bad keys", lim: Limits{MaxKeyBytes: 3}, adds: []add{{key: "", delta: 1, err: ErrEmptyKey}, {key: "abcd", delta: 1, err: ErrKeyTooLong}, {key: "abc", delta: 1, value: 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewState(tc.lim, 0, false)
+			off := uint64(0)
+			for k, v := range tc.initial {
+				if err := st.Apply(addRec(t, off, k, v, v)); err != nil {
+					t.Fatal(err)
+				}
+				off++
+			}
+			before := st.Snapshot().Values
+			p := st.Pending()
+			var recs []record.Record
+			for i, a := range tc.adds {
+				v, err := p.Check(a.key, a.delta)
+				if a.err != nil {
+					if !errors.Is(err, a.err) {
+						t.Fatalf("add %d: err %v, want %v", i, err, a.err)
+					}
+					continue
+				}
+				if err != nil || v != a.value {
+					t.Fatalf("add %d: %d, %v; want %d", i, v, err, a.value)
+				}
+				p.Put(a.key, v)
+				recs = append(recs, addRec(t, off+uint64(len(recs)), a.key, a.delta, v))
+			}
+			if got := st.Snapshot().Values; fmt.Sprint(got) != fmt.Sprint(before) {
+				t.Fatalf("Pending changed the state: %v, was %v", got, before)
+			}
+			for _, r := range recs {
+				if err := st.Apply(r); err != nil {
+					t.Fatalf("folding the pending adds: %v", err)
+				}
+			}
+		})
+	}
+}

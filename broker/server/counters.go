@@ -31,16 +31,54 @@ const DefaultCounterSnapshotEvery = 4096
 // counterTrimHeader names the trims the server makes of counter logs.
 const counterTrimHeader = "felix.counter-snapshot"
 
-// counterShard is one shard's fold and producer table. mu is held for a
-// whole request, append and acknowledgement included: a shard's counter
-// requests are applied one at a time, so the value an add writes is the
-// value its fold gives [the log is the truth; the state is its fold].
+// counterBatchAdds is the most adds the server appends to one counter log
+// as one batch (one conditional append, one acknowledgement).
+const counterBatchAdds = 64
+
+// counterQueueAdds bounds the adds waiting for a shard's counter log; an
+// add beyond it is answered Unavailable (retryable).
+const counterQueueAdds = 4096
+
+// counterShard is one shard's fold and producer table. mu is held by the
+// one goroutine that reads or writes the counter log, append and
+// acknowledgement included, so the value an add writes is the value its
+// fold gives [the log is the truth; the state is its fold]. Adds do not
+// each take mu for a write of their own: they queue (group commit), and
+// whoever holds mu appends every queued add, up to counterBatchAdds, as
+// one conditional append of consecutive records and answers each.
 type counterShard struct {
 	mu    sync.Mutex
 	state *counter.State
 	table *producer.Table
 	gen   uint64
 	built bool
+
+	qmu   sync.Mutex
+	queue []*pendingAdd // adds waiting for mu, oldest first
+}
+
+// pendingAdd is one queued add and, once done is closed, its answer.
+type pendingAdd struct {
+	c    *conn
+	req  wire.CounterAddRequest
+	id   producer.ID // the scoped producer, when req.Producer is set
+	ok   wire.CounterAddOK
+	err  error
+	done chan struct{}
+}
+
+func (p *pendingAdd) answer(ok wire.CounterAddOK, err error) {
+	p.ok, p.err = ok, err
+	close(p.done)
+}
+
+func (p *pendingAdd) answered() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Server) counterShard(id record.ShardID) *counterShard {
@@ -102,18 +140,27 @@ func (s *Server) counterError(err error) error {
 	return err
 }
 
-// appendCounterEntry appends one counter-log entry at the fold's tail (a
-// conditional append [TR-1]: nothing else may have landed since the fold)
-// and folds it. On an unknown outcome the fold is dropped, to be rebuilt
-// from the log. Called with cs.mu held.
+// appendCounterEntry appends one counter-log entry at the fold's tail;
+// see appendCounterEntries.
 func (cs *counterShard) appendCounterEntry(s *Server, l Log, rec record.Record) (logstore.AppendResult, error) {
+	return cs.appendCounterEntries(s, l, []record.Record{rec})
+}
+
+// appendCounterEntries appends counter-log entries as one batch at the
+// fold's tail, the first at the tail and each next one after it (a
+// conditional append [TR-1]: nothing else may have landed since the
+// fold), and folds them in order. On a failure or an unknown outcome the
+// fold is dropped, to be rebuilt from the log. Called with cs.mu held.
+func (cs *counterShard) appendCounterEntries(s *Server, l Log, recs []record.Record) (logstore.AppendResult, error) {
 	tail := cs.state.Next()
-	rec.Kind, rec.Epoch = record.KindData, s.opts.Epoch
+	for i := range recs {
+		recs[i].Kind, recs[i].Epoch = record.KindData, s.opts.Epoch
+	}
 	expect := &tail
 	if s.opts.twin.unconditionalCounterAppend {
 		expect = nil // twin: the counter log's tail check off
 	}
-	res, err := l.Append(s.storeCtx, []record.Record{rec}, expect)
+	res, err := l.Append(s.storeCtx, recs, expect)
 	if err != nil {
 		cs.built = false
 		var om *record.OffsetMismatchError
@@ -123,83 +170,181 @@ func (cs *counterShard) appendCounterEntry(s *Server, l Log, rec record.Record) 
 		}
 		return res, err
 	}
-	rec.Offset = res.First
-	if err := cs.state.Apply(rec); err != nil {
-		cs.built = false
-		return res, fmt.Errorf("server: folding the counter entry just written at %d: %w", res.First, err)
+	for i := range recs {
+		recs[i].Offset = res.First + uint64(i)
+		if err := cs.state.Apply(recs[i]); err != nil {
+			cs.built = false
+			return res, fmt.Errorf("server: folding the counter entry just written at %d: %w", recs[i].Offset, err)
+		}
 	}
 	cs.state.AdvanceTo(res.Tail)
 	return res, nil
 }
 
-// counterAdd applies one add; see wire.CounterAddRequest.
+// counterAdd applies one add; see wire.CounterAddRequest. The add queues
+// on its shard; the goroutine holding the shard's mu (this one, once it
+// gets it, unless another already answered the add) appends the queued
+// adds together (addBatch).
 func (c *conn) counterAdd(req wire.CounterAddRequest) (wire.CounterAddOK, error) {
 	s := c.s
-	l, err := s.counterLog(req.Shard)
-	if err != nil {
+	if _, err := s.counterLog(req.Shard); err != nil {
 		return wire.CounterAddOK{}, err
 	}
-	cs := s.counterShard(req.Shard)
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if err := cs.ensure(s, l); err != nil {
-		return wire.CounterAddOK{}, err
-	}
-	now := s.opts.Now().UnixNano()
-	var (
-		id  producer.ID
-		seq uint64
-	)
+	p := &pendingAdd{c: c, req: req, done: make(chan struct{})}
 	if req.Producer != nil {
 		// Keyed by principal and id, as data-log producers are [TR-8].
-		id, seq = producer.Scoped(c.principal.String(), producer.ID(req.Producer.ID)), req.Producer.Seq
-		d := cs.table.Propose(id, seq, now)
-		switch d.Verdict {
-		case producer.Append:
-		case producer.Duplicate:
-			return cs.duplicate(l, id, seq, d)
-		case producer.OutOfSequence:
-			return wire.CounterAddOK{}, &wire.Error{Code: wire.CodeOutOfSequence, Next: d.Next,
-				Message: fmt.Sprintf("%s counter log: producer %s sent sequence %d, expected %d", req.Shard, producer.ID(req.Producer.ID), seq, d.Next)}
-		case producer.Full:
-			return wire.CounterAddOK{}, &wire.Error{Code: wire.CodeUnavailable,
-				Message: fmt.Sprintf("%s counter log: the leader keeps state for as many producers as it may; retry later", req.Shard)}
-		default: // InFlight, Uncertain: cannot happen under cs.mu, answered as retryable
-			return wire.CounterAddOK{}, &wire.Error{Code: wire.CodeUnavailable,
-				Message: fmt.Sprintf("%s counter log: producer sequence %d: %s; retry", req.Shard, seq, d.Verdict)}
+		p.id = producer.Scoped(c.principal.String(), producer.ID(req.Producer.ID))
+	}
+	cs := s.counterShard(req.Shard)
+	cs.qmu.Lock()
+	if len(cs.queue) >= counterQueueAdds {
+		cs.qmu.Unlock()
+		return wire.CounterAddOK{}, &wire.Error{Code: wire.CodeUnavailable,
+			Message: fmt.Sprintf("%s counter log: %d adds already waiting; retry", req.Shard, counterQueueAdds)}
+	}
+	cs.queue = append(cs.queue, p)
+	cs.qmu.Unlock()
+
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for !p.answered() {
+		cs.qmu.Lock()
+		n := min(len(cs.queue), counterBatchAdds)
+		batch := slices.Clone(cs.queue[:n])
+		cs.queue = slices.Delete(cs.queue, 0, n)
+		cs.qmu.Unlock()
+		cs.addBatch(c, req.Shard, batch)
+	}
+	return p.ok, p.err
+}
+
+// addBatch applies queued adds as one append and answers them. Each add
+// is decided in order as if alone: a duplicate is answered with its
+// original answer, a refused one (producer out of sequence, a limit) with
+// its refusal, and the rest take consecutive records at the fold's tail,
+// each carrying the value the adds before it give (counter.Pending). An
+// idempotent producer has at most one add in an append: its later adds
+// go back to the head of the queue, unanswered, for the next batch, so
+// each of its adds has its own outcome as on the one-at-a-time path. The
+// append is conditional on the fold's tail [TR-1]; if it fails every add
+// in it gets that error, the fold is dropped, and the producers' adds
+// certainly not written are aborted. c is the
+// connection running the batch (its log takes the auto-snapshot's
+// messages). Called with cs.mu held.
+func (cs *counterShard) addBatch(c *conn, shard record.ShardID, batch []*pendingAdd) {
+	s := c.s
+	fail := func(err error) {
+		for _, p := range batch {
+			if !p.answered() {
+				p.answer(wire.CounterAddOK{}, err)
+			}
 		}
 	}
-	abort := func() {
+	l, err := s.counterLog(shard)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if err := cs.ensure(s, l); err != nil {
+		fail(err)
+		return
+	}
+	now := s.opts.Now().UnixNano()
+	pending := cs.state.Pending()
+	var (
+		recs     []record.Record
+		writers  []*pendingAdd // writers[i] wrote recs[i]
+		values   []int64
+		inBatch  = map[producer.ID]bool{} // producers with an add in recs
+		deferred []*pendingAdd
+	)
+	for _, p := range batch {
+		req := p.req
 		if req.Producer != nil {
-			cs.table.Abort(id, seq)
+			if inBatch[p.id] {
+				// One add per producer per append: a later one (or a
+				// retry of the one in flight) waits for the next batch,
+				// so it is decided once this one's outcome is known.
+				deferred = append(deferred, p)
+				continue
+			}
+			seq := req.Producer.Seq
+			d := cs.table.Propose(p.id, seq, now)
+			switch d.Verdict {
+			case producer.Append:
+			case producer.Duplicate:
+				p.answer(cs.duplicate(l, p.id, seq, d))
+				continue
+			case producer.OutOfSequence:
+				p.answer(wire.CounterAddOK{}, &wire.Error{Code: wire.CodeOutOfSequence, Next: d.Next,
+					Message: fmt.Sprintf("%s counter log: producer %s sent sequence %d, expected %d", shard, producer.ID(req.Producer.ID), seq, d.Next)})
+				continue
+			case producer.Full:
+				p.answer(wire.CounterAddOK{}, &wire.Error{Code: wire.CodeUnavailable,
+					Message: fmt.Sprintf("%s counter log: the leader keeps state for as many producers as it may; retry later", shard)})
+				continue
+			default: // InFlight (a retry of an add of an earlier batch), Uncertain: retryable
+				p.answer(wire.CounterAddOK{}, &wire.Error{Code: wire.CodeUnavailable,
+					Message: fmt.Sprintf("%s counter log: producer sequence %d: %s; retry", shard, seq, d.Verdict)})
+				continue
+			}
 		}
-	}
-	value, err := cs.state.Check(req.Key, req.Delta)
-	if err != nil {
-		abort()
-		return wire.CounterAddOK{}, s.counterError(err)
-	}
-	payload, err := counter.EncodeAdd(counter.Add{Key: req.Key, Delta: req.Delta, Value: value})
-	if err != nil {
-		abort()
-		return wire.CounterAddOK{}, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}
-	}
-	rec := record.Record{Payload: payload, Timestamp: now}
-	if req.Producer != nil {
-		rec.Headers = []record.Header{producer.Header(id, seq, 1)}
-	}
-	res, err := cs.appendCounterEntry(s, l, rec)
-	if err != nil {
-		if req.Producer != nil && refusedBeforeWrite(err) {
+		abort := func() {
+			if req.Producer != nil {
+				cs.table.Abort(p.id, req.Producer.Seq)
+			}
+		}
+		value, err := pending.Check(req.Key, req.Delta)
+		if err != nil {
 			abort()
+			p.answer(wire.CounterAddOK{}, s.counterError(err))
+			continue
 		}
-		return wire.CounterAddOK{}, err
+		payload, err := counter.EncodeAdd(counter.Add{Key: req.Key, Delta: req.Delta, Value: value})
+		if err != nil {
+			abort()
+			p.answer(wire.CounterAddOK{}, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
+			continue
+		}
+		pending.Put(req.Key, value)
+		rec := record.Record{Payload: payload, Timestamp: now}
+		if req.Producer != nil {
+			rec.Headers = []record.Header{producer.Header(p.id, req.Producer.Seq, 1)}
+		}
+		recs = append(recs, rec)
+		writers = append(writers, p)
+		values = append(values, value)
+		if req.Producer != nil {
+			inBatch[p.id] = true
+		}
 	}
-	if req.Producer != nil {
-		cs.table.Done(id, seq, res.First, res.Tail)
+	if len(deferred) > 0 {
+		// Ahead of the adds queued since, to keep each producer's order.
+		cs.qmu.Lock()
+		cs.queue = append(deferred, cs.queue...)
+		cs.qmu.Unlock()
 	}
-	cs.autoSnapshot(c, l, req.Shard)
-	return wire.CounterAddOK{Value: value, Offset: res.First}, nil
+	if len(recs) == 0 {
+		return
+	}
+	res, err := cs.appendCounterEntries(s, l, recs)
+	if err != nil {
+		for _, p := range writers {
+			if p.req.Producer != nil && refusedBeforeWrite(err) {
+				cs.table.Abort(p.id, p.req.Producer.Seq)
+			}
+			p.answer(wire.CounterAddOK{}, err)
+		}
+		return
+	}
+	for i, p := range writers {
+		off := res.First + uint64(i)
+		if p.req.Producer != nil {
+			cs.table.Done(p.id, p.req.Producer.Seq, off, off+1)
+		}
+		p.answer(wire.CounterAddOK{Value: values[i], Offset: off}, nil)
+	}
+	cs.autoSnapshot(c, l, shard)
 }
 
 // duplicate answers a retried add with its original answer: from the
