@@ -163,45 +163,16 @@ func consume(ctx context.Context, c config, urls []string, certs *tlsFiles, js j
 // runConsume starts the servers, creates the stream, preloads it and
 // measures both policies, printing one JSON object each.
 func runConsume(c config) error {
-	dir, err := os.MkdirTemp("", "natsbench-")
+	peer, err := startPeer(c, jetstream.WithPublishAsyncMaxPending(1024)) // above preload's window of 256
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	var certs *tlsFiles
-	if c.tls {
-		if certs, err = writeTLSFiles(dir); err != nil {
-			return err
-		}
-	}
-	urls, _, stop, err := startCluster(c, dir, certs)
-	if err != nil {
-		return err
-	}
-	defer stop()
+	defer peer.close()
+	urls, certs, js := peer.urls, peer.certs, peer.js
 	ctx := context.Background()
-	admin, err := connect(urls, certs)
-	if err != nil {
+	if _, err := createStream(ctx, js, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
+		Replicas: c.replicas, Storage: jetstream.FileStorage}); err != nil {
 		return err
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin, jetstream.WithPublishAsyncMaxPending(1024)) // above preload's window of 256
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
-			Replicas: c.replicas, Storage: jetstream.FileStorage})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("create stream: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 	payload := make([]byte, c.size)
 	for i := range payload {

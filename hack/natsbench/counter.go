@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -51,33 +50,13 @@ type counterResult struct {
 // must equal the adds acknowledged on it; runCounter fails if one does
 // not.
 func runCounter(c config) (counterResult, error) {
-	dir, err := os.MkdirTemp("", "natsbench-")
+	peer, err := startPeer(c)
 	if err != nil {
 		return counterResult{}, err
 	}
-	defer os.RemoveAll(dir)
-	var certs *tlsFiles
-	if c.tls {
-		if certs, err = writeTLSFiles(dir); err != nil {
-			return counterResult{}, err
-		}
-	}
-	urls, pids, stop, err := startCluster(c, dir, certs)
-	if err != nil {
-		return counterResult{}, err
-	}
-	defer stop()
-
+	defer peer.close()
+	urls, pids, certs, js := peer.urls, peer.pids, peer.certs, peer.js
 	ctx := context.Background()
-	admin, err := connect(urls, certs)
-	if err != nil {
-		return counterResult{}, err
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	if err != nil {
-		return counterResult{}, err
-	}
 	stream, err := createStream(ctx, js, jetstream.StreamConfig{Name: "COUNTERS", Subjects: []string{"counter.>"},
 		Replicas: c.replicas, Storage: jetstream.FileStorage, AllowMsgCounter: true})
 	if err != nil {
@@ -195,22 +174,4 @@ func runCounter(c config) (counterResult, error) {
 		Publishers: c.publishers, Pending: 1, Keys: c.counterKeys,
 		Seconds: secs, Records: n, RecordsPerSec: float64(n) / secs,
 		P50Ms: pct(0.50), P99Ms: pct(0.99), P999Ms: pct(0.999), Errors: errs.Load(), AckedAdds: total}, nil
-}
-
-// createStream creates the stream of cfg, retrying for a minute: the
-// cluster needs a meta leader before a stream can be created.
-func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		s, err := js.CreateStream(cctx, cfg)
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

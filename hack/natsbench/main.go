@@ -262,47 +262,16 @@ func cpuNow(pids []int) (servers, client time.Duration, err error) {
 }
 
 func run(c config) (result, error) {
-	dir, err := os.MkdirTemp("", "natsbench-")
+	peer, err := startPeer(c)
 	if err != nil {
 		return result{}, err
 	}
-	defer os.RemoveAll(dir)
-	var certs *tlsFiles
-	if c.tls {
-		if certs, err = writeTLSFiles(dir); err != nil {
-			return result{}, err
-		}
-	}
-	urls, pids, stop, err := startCluster(c, dir, certs)
-	if err != nil {
-		return result{}, err
-	}
-	defer stop()
-
+	defer peer.close()
+	urls, pids, certs, js := peer.urls, peer.pids, peer.certs, peer.js
 	ctx := context.Background()
-	admin, err := connect(urls, certs)
-	if err != nil {
+	if _, err := createStream(ctx, js, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
+		Replicas: c.replicas, Storage: jetstream.FileStorage}); err != nil {
 		return result{}, err
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	if err != nil {
-		return result{}, err
-	}
-	// The cluster needs a meta leader before a stream can be created.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
-			Replicas: c.replicas, Storage: jetstream.FileStorage})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return result{}, fmt.Errorf("create stream: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 
 	payload := make([]byte, c.size)
