@@ -227,10 +227,18 @@ func (p *Pool) Current(node replication.NodeID) (replication.ConnID, replication
 // handshake accepted wire.FeatureShipBundle: frames sent over it may be
 // bundles (AppendBundleFrame).
 func (p *Pool) Bundles(node replication.NodeID, conn replication.ConnID) bool {
+	c := p.current(node, conn)
+	return c != nil && c.feats.Has(wire.FeatureShipBundle)
+}
+
+// current returns conn when it is node's current connection, else nil.
+func (p *Pool) current(node replication.NodeID, conn replication.ConnID) *liveConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l := p.links[node]
-	return l != nil && l.cur != nil && l.cur.id == conn && l.cur.feats.Has(wire.FeatureShipBundle)
+	if l := p.links[node]; l != nil && l.cur != nil && l.cur.id == conn {
+		return l.cur
+	}
+	return nil
 }
 
 // Send queues a complete frame (as AppendFrame builds it) on connection
@@ -240,13 +248,7 @@ func (p *Pool) Bundles(node replication.NodeID, conn replication.ConnID) bool {
 // pool owns frame from then on (Buffer may hand it out again once
 // written): the caller must not touch it again.
 func (p *Pool) Send(node replication.NodeID, conn replication.ConnID, frame []byte) bool {
-	p.mu.Lock()
-	l := p.links[node]
-	var c *liveConn
-	if l != nil && l.cur != nil && l.cur.id == conn {
-		c = l.cur
-	}
-	p.mu.Unlock()
+	c := p.current(node, conn)
 	if c == nil {
 		return false
 	}
@@ -282,13 +284,7 @@ const (
 // alone: the writer gave it up (issue 31: an idle shard's requests reuse
 // their frames' memory).
 func (p *Pool) Buffer(node replication.NodeID, conn replication.ConnID) []byte {
-	p.mu.Lock()
-	l := p.links[node]
-	var c *liveConn
-	if l != nil && l.cur != nil && l.cur.id == conn {
-		c = l.cur
-	}
-	p.mu.Unlock()
+	c := p.current(node, conn)
 	if c == nil {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -155,20 +154,9 @@ func runCounter(c config) (counterResult, error) {
 		total += got
 	}
 
-	slices.Sort(lats)
-	pct := func(q float64) float64 {
-		if len(lats) == 0 {
-			return 0
-		}
-		return float64(lats[int(q*float64(len(lats)-1))].Microseconds()) / 1000
-	}
+	pct := percentiles(lats)
 	n := records.Load()
-	perRecord := func(d time.Duration) float64 {
-		if n == 0 {
-			return 0
-		}
-		return float64(d.Microseconds()) / float64(n)
-	}
+	perRecord := func(d time.Duration) float64 { return microsPer(d, n) }
 	return counterResult{ServersCPUMicros: perRecord(serversCPU1 - serversCPU0), ClientCPUMicros: perRecord(clientCPU1 - clientCPU0),
 		Peer: "nats-jetstream", Mode: "counter", Replicas: c.replicas, SyncAlways: c.syncAlways, TLS: c.tls,
 		Publishers: c.publishers, Pending: 1, Keys: c.counterKeys,

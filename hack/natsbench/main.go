@@ -40,7 +40,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -371,20 +370,9 @@ func run(c config) (result, error) {
 		return result{}, err
 	}
 
-	slices.Sort(lats)
-	pct := func(q float64) float64 {
-		if len(lats) == 0 {
-			return 0
-		}
-		return float64(lats[int(q*float64(len(lats)-1))].Microseconds()) / 1000
-	}
+	pct := percentiles(lats)
 	n := records.Load()
-	perRecord := func(d time.Duration) float64 {
-		if n == 0 {
-			return 0
-		}
-		return float64(d.Microseconds()) / float64(n)
-	}
+	perRecord := func(d time.Duration) float64 { return microsPer(d, n) }
 	return result{ServersCPUMicros: perRecord(serversCPU1 - serversCPU0), ClientCPUMicros: perRecord(clientCPU1 - clientCPU0),
 		Peer: "nats-jetstream", Replicas: c.replicas, SyncAlways: c.syncAlways, TLS: c.tls,
 		Publishers: c.publishers, Pending: c.pending, RecordSize: c.size,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,4 +80,24 @@ func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// percentiles sorts lats and returns the q-quantile of them in
+// milliseconds (0 when there are none).
+func percentiles(lats []time.Duration) func(q float64) float64 {
+	slices.Sort(lats)
+	return func(q float64) float64 {
+		if len(lats) == 0 {
+			return 0
+		}
+		return float64(lats[int(q*float64(len(lats)-1))].Microseconds()) / 1000
+	}
+}
+
+// microsPer is d in microseconds per one of n (0 when n is 0).
+func microsPer(d time.Duration, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
 }
